@@ -1,0 +1,162 @@
+"""Topology contracts: instance/LNC arithmetic, world size, FSDP sharding, the launch line.
+
+Facts: CONTRACTS.md "Topology" and "Launch". trn2.48xlarge is 16 Trainium2 chips x 8
+physical NeuronCores; LNC=2 (the Trainium2 default) gives 64 logical cores, LNC=1 gives 128;
+trn2.3xlarge gives 4 / 8; trn1.32xlarge has 32 cores and LNC=1 only. One process runs per
+logical core, and ``data_parallel_shard_degree=-1`` shards parameters over all ranks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fixtures import launcher, topology
+from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.run_definitions import DENSE_NATIVE
+
+pytestmark = pytest.mark.topology
+
+# The write-up's table, as data: (instance, LNC) -> logical cores, or None where rejected.
+LOGICAL_CORES = {
+    ("trn2.48xlarge", 2): 64,
+    ("trn2.48xlarge", 1): 128,
+    ("trn2.3xlarge", 2): 4,
+    ("trn2.3xlarge", 1): 8,
+    ("trn1.32xlarge", 1): 32,
+    ("trn1.32xlarge", 2): None,
+}
+
+
+@pytest.mark.parametrize(("instance", "lnc"), sorted(LOGICAL_CORES))
+def test_logical_core_table(platform, instance, lnc):
+    """Each (instance, LNC) of the write-up maps to its logical core count, or is rejected."""
+    expected = LOGICAL_CORES[(instance, lnc)]
+    if expected is None:
+        with pytest.raises(topology.TopologyError, match=f"LNC={lnc} is not supported"):
+            topology.logical_cores(instance, lnc)
+    else:
+        expect_equal(topology.logical_cores(instance, lnc), expected,
+                     f"{instance} at LNC={lnc} has {expected} logical NeuronCores")
+
+
+@settings(max_examples=200)
+@given(instance=st.sampled_from(sorted(topology.INSTANCE_TYPES)), lnc=st.sampled_from([1, 2]))
+def test_lnc_groups_physical_cores(platform, instance, lnc):
+    """Logical cores x LNC = physical cores, for every supported combination; others raise."""
+    it = topology.INSTANCE_TYPES[instance]
+    if lnc not in it.supported_lnc:
+        with pytest.raises(topology.TopologyError):
+            topology.logical_cores(instance, lnc)
+        return
+    cores = topology.logical_cores(instance, lnc)
+    expect_equal(cores * lnc, it.physical_cores,
+                 f"{instance}: logical cores ({cores}) x LNC ({lnc}) = physical cores")
+    if 1 in it.supported_lnc and 2 in it.supported_lnc:
+        expect_equal(topology.logical_cores(instance, 1), 2 * topology.logical_cores(instance, 2),
+                     f"{instance}: LNC=1 exposes twice the cores of LNC=2")
+
+
+@settings(max_examples=200)
+@given(value=st.one_of(st.none(), st.text(max_size=4), st.integers(-4, 8).map(str)))
+def test_lnc_env_parsing(platform, value):
+    """NEURON_LOGICAL_NC_CONFIG: unset means the default, "1"/"2" are accepted, all else raises."""
+    if value is None or value.strip() == "":
+        expect_equal(topology.parse_lnc(value, 2), 2, "unset LNC env means the default")
+    elif value.strip() in ("1", "2"):
+        expect_equal(topology.parse_lnc(value, 2), int(value), "LNC env value is used")
+    else:
+        with pytest.raises(topology.TopologyError):
+            topology.parse_lnc(value, 2)
+
+
+def test_lnc_env_and_compiler_flag_must_agree(platform):
+    """The runtime env and ``--logical-nc-config`` must agree (CONTRACTS.md "Topology")."""
+    topology.check_lnc_agreement(2, "--logical-nc-config 2 -O1")
+    topology.check_lnc_agreement(1, "--logical-nc-config=1")
+    with pytest.raises(topology.TopologyError, match="must agree"):
+        topology.check_lnc_agreement(2, "--logical-nc-config=1")
+
+
+def test_platform_ranks_are_logical_cores(platform):
+    """One rank per logical core: the platform launches exactly its logical core count."""
+    if platform.name == "trn2":
+        expect_equal(platform.nproc_per_node,
+                     topology.logical_cores(platform.instance, platform.lnc),
+                     f"trn2 ranks = logical cores of {platform.instance} at LNC={platform.lnc}")
+        expect_equal(dict(platform.rank_env).get(topology.LNC_ENV), str(platform.lnc),
+                     "ranks get NEURON_LOGICAL_NC_CONFIG equal to the platform's LNC")
+    else:
+        expect(platform.nproc_per_node >= 2, "the cpu tier runs several ranks",
+               ">= 2", platform.nproc_per_node)
+
+
+@pytest.mark.slow
+def test_world_size_is_nproc(platform, titan_runs):
+    """Every rank sees world size = nproc_per_node = the platform's logical cores."""
+    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    for rank in range(platform.nproc_per_node):
+        probe = run.probe_json(f"parallel.rank{rank}.json")
+        expect_equal(probe["world_size"], platform.nproc_per_node,
+                     f"rank {rank}: world size equals the ranks launched", run)
+        expect_equal(probe["backend"], platform.dist_backend,
+                     f"rank {rank}: the process group uses the platform's backend", run)
+
+
+@pytest.mark.slow
+def test_dp_shard_minus_one_resolves_to_world(platform, titan_runs):
+    """``data_parallel_shard_degree=-1`` resolves to the world size; TP, EP, CP, PP are 1."""
+    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    dims = run.probe_json("parallel.rank0.json")["parallel_dims"]
+    expect_equal(dims["dp_shard"], platform.nproc_per_node,
+                 "data_parallel_shard_degree=-1 shards over every rank", run)
+    expect_equal({k: dims[k] for k in ("tp", "ep", "cp", "pp", "dp_replicate")},
+                 {"tp": 1, "ep": 1, "cp": 1, "pp": 1, "dp_replicate": 1},
+                 "no other parallelism unless configured", run)
+
+
+@pytest.mark.slow
+def test_every_parameter_sharded_over_all_ranks(platform, titan_runs):
+    """FSDP: every parameter is Shard(0) over a mesh of all ranks, and the local shards of
+    all ranks add up to the whole parameter (read from inside the run, per rank)."""
+    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    world = platform.nproc_per_node
+    probes = [run.probe_json(f"parallel.rank{r}.json")["parameters"] for r in range(world)]
+    names = sorted(probes[0])
+    expect(len(names) > 0, "the run has parameters to shard", "> 0", len(names), run)
+    for name in names:
+        info = probes[0][name]
+        expect_equal(info["placements"], ["S(0)"], f"{name} is sharded on dim 0", run)
+        expect_equal(info["mesh_shape"], [world], f"{name} is sharded over all {world} ranks", run)
+        global_rows = info["global_shape"][0]
+        rows = [p[name]["local_shape"][0] for p in probes]
+        expect_equal(sum(rows), global_rows,
+                     f"{name}: the ranks' shards add up to the parameter", run,
+                     detail=f"per-rank rows: {rows}")
+        expect(max(rows) == math.ceil(global_rows / world),
+               f"{name}: no rank holds more than its share", math.ceil(global_rows / world),
+               max(rows), run)
+
+
+@pytest.mark.slow
+def test_launch_line_matches_writeup(platform, titan_runs):
+    """The launch is the write-up's torchrun line: its flags in order, one process per
+    logical core, ``-m torchtitan.train --module M --config C``."""
+    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    argv = run.launch["argv"]
+    expect(argv[0].endswith("torchrun") or argv[1:3] == ["-m", "torch.distributed.run"],
+           "the launcher is torchrun", "torchrun", argv[0], run)
+    expect(f"--nproc_per_node={platform.nproc_per_node}" in argv,
+           "one process per logical core", f"--nproc_per_node={platform.nproc_per_node}",
+           [a for a in argv if a.startswith("--nproc")], run)
+    start = argv.index(launcher.WRITEUP_FLAGS[0])
+    expect_equal(tuple(argv[start:start + len(launcher.WRITEUP_FLAGS)]), launcher.WRITEUP_FLAGS,
+                 "the write-up's rendezvous/log flags, in order", run)
+    entry = argv.index("torchtitan.train") - 1
+    expect_equal(argv[entry:entry + 6],
+                 ["-m", "torchtitan.train", "--module", platform.titan_module,
+                  "--config", DENSE_NATIVE.config],
+                 "torchtitan.train with the platform's module and the config function", run)
