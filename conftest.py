@@ -4,4 +4,7 @@ pytest_plugins = [
     "fixtures.plugin",
     "fixtures.expectations",
     "fixtures.run_fixtures",
+    "fixtures.hypothesis_profiles",
+    "reports.plugin",
+    "pytester",  # meta_tests drive the plugins in throw-away pytest sessions
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fixtures import launcher, topology
@@ -43,7 +43,6 @@ def test_logical_core_table(platform, instance, lnc):
                      f"{instance} at LNC={lnc} has {expected} logical NeuronCores")
 
 
-@settings(max_examples=200)
 @given(instance=st.sampled_from(sorted(topology.INSTANCE_TYPES)), lnc=st.sampled_from([1, 2]))
 def test_lnc_groups_physical_cores(platform, instance, lnc):
     """Logical cores x LNC = physical cores, for every supported combination; others raise."""
@@ -60,7 +59,6 @@ def test_lnc_groups_physical_cores(platform, instance, lnc):
                      f"{instance}: LNC=1 exposes twice the cores of LNC=2")
 
 
-@settings(max_examples=200)
 @given(value=st.one_of(st.none(), st.text(max_size=4), st.integers(-4, 8).map(str)))
 def test_lnc_env_parsing(platform, value):
     """NEURON_LOGICAL_NC_CONFIG: unset means the default, "1"/"2" are accepted, all else raises."""

@@ -1,0 +1,1 @@
+"""Results, stack inventory, the version gate, repro bundles and committed baselines."""

@@ -1,0 +1,88 @@
+"""The version-pinning gate: compare a session's report with a known-good baseline.
+
+    python -m reports.gate BASELINE.json RUN.json
+
+prints version drift package by package and contract changes, and exits non-zero on any
+version drift of a tracked package, any contract newly failing, any contract of the
+baseline missing from the run, or any contract skipped where the baseline ran it. Newly
+passing contracts are reported and do not fail the gate. A baseline is a committed
+``report.json`` of a known-good stack (``reports/baselines/<stack id>.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GOOD = {"passed", "xfailed"}  # xfailed: a known deviation behaving as recorded
+BAD = {"failed", "error", "xpassed"}
+
+
+@dataclass
+class GateResult:
+    drift: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    newly_failing: list[str] = field(default_factory=list)
+    newly_passing: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    newly_skipped: list[str] = field(default_factory=list)
+    incomplete: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not (self.drift or self.newly_failing or self.missing or self.newly_skipped
+                    or self.incomplete)
+
+    def text(self) -> str:
+        out = [f"gate: {'PASS' if self.ok else 'FAIL'}"]
+        if self.incomplete:
+            out.append("  the run's report is incomplete (interrupted session)")
+        for name, before, after in self.drift:
+            out.append(f"  version drift: {name}: {before or 'not installed'} -> {after or 'not installed'}")
+        for title, ids in (("newly failing", self.newly_failing), ("missing", self.missing),
+                           ("skipped where the baseline ran it", self.newly_skipped),
+                           ("newly passing (not a failure)", self.newly_passing)):
+            for nodeid in ids:
+                out.append(f"  {title}: {nodeid}")
+        if len(out) == 1:
+            out.append("  no version drift, no contract changes")
+        return "\n".join(out)
+
+
+def compare(baseline: dict, run: dict) -> GateResult:
+    result = GateResult(incomplete=not run.get("complete", False))
+    before = baseline["inventory"]["packages"] | {"python": baseline["inventory"]["python"]}
+    after = run["inventory"]["packages"] | {"python": run["inventory"]["python"]}
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            result.drift.append((name, before.get(name), after.get(name)))
+    base = {c["nodeid"]: c["outcome"] for c in baseline["contracts"]}
+    now = {c["nodeid"]: c["outcome"] for c in run["contracts"]}
+    for nodeid, was in sorted(base.items()):
+        if nodeid not in now:
+            result.missing.append(nodeid)
+        elif was in GOOD and now[nodeid] in BAD:
+            result.newly_failing.append(nodeid)
+        elif was != "skipped" and now[nodeid] == "skipped":
+            result.newly_skipped.append(nodeid)
+        elif was in BAD and now[nodeid] in GOOD:
+            result.newly_passing.append(nodeid)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reports.gate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("baseline", type=Path)
+    parser.add_argument("run", type=Path, help="a report.json, or the report folder holding it")
+    args = parser.parse_args(argv)
+    run_path = args.run / "report.json" if args.run.is_dir() else args.run
+    result = compare(json.loads(args.baseline.read_text()), json.loads(run_path.read_text()))
+    print(result.text())
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

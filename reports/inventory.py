@@ -1,0 +1,143 @@
+"""The stack inventory: exact versions of everything a contract result depends on.
+
+Read from package metadata and the system (``neuron-ls``, dpkg, the driver's sysfs node),
+never from a user flag. Also: whether torch is the build torch-neuronx requires, and whether
+a Neuron package is a PyPI placeholder (its import raises "WRONG PACKAGE" or its module is
+missing), which CONTRACTS.md "Version pinning" says the public index serves under the same
+names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from fixtures import stack
+
+# Distribution -> the module it must provide.
+NEURON_DISTRIBUTIONS = {
+    "torch-neuronx": "torch_neuronx",
+    "torchtitan-neuron": "torchtitan_neuron",
+    "nki": "nki",
+    "nkilib": "nkilib",
+    "neuronx-cc": "neuronxcc",
+}
+DEB_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-dkms", "aws-neuronx-tools")
+
+
+def torch_build() -> str:
+    """CPU, CUDA x.y, ROCm x.y or Neuron, from torch's own metadata (not imported)."""
+    version = stack.installed_version("torch")
+    if version is None:
+        return "not installed"
+    if stack.installed_version("torch-neuronx"):
+        return "Neuron (torch-neuronx installed)"
+    local = version.split("+", 1)[1] if "+" in version else ""
+    if local.startswith("cpu"):
+        return "CPU"
+    if local.startswith("rocm"):
+        return f"ROCm ({local})"
+    requires = metadata.requires("torch") or []
+    if local.startswith("cu") or any(r.startswith("nvidia-") for r in requires):
+        return f"CUDA ({local or 'default PyPI build'})"
+    return f"unknown ({version})"
+
+
+def editable_commit(dist: str) -> str | None:
+    """The git commit of a distribution installed from a checkout (``pip install -e``)."""
+    try:
+        raw = metadata.distribution(dist).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    if not raw:
+        return None
+    url = json.loads(raw).get("url", "")
+    if not url.startswith("file://") or shutil.which("git") is None:
+        return None
+    proc = subprocess.run(["git", "-C", url[len("file://"):], "rev-parse", "HEAD"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or None
+
+
+def deb_versions() -> dict[str, str | None]:
+    if shutil.which("dpkg-query") is None:
+        return {name: None for name in DEB_PACKAGES}
+    out = {}
+    for name in DEB_PACKAGES:
+        proc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", name],
+                              capture_output=True, text=True)
+        out[name] = proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+    return out
+
+
+def neuron_driver_version() -> str | None:
+    node = Path("/sys/module/neuron/version")
+    return node.read_text().strip() if node.exists() else None
+
+
+def placeholder_problem(dist: str, module: str) -> str | None:
+    """Why an installed Neuron distribution is not the real package, or None if it is."""
+    if stack.installed_version(dist) is None:
+        return None  # not installed is a different finding
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        return f"{dist} is installed but its module {module!r} is missing ({exc}): a PyPI placeholder?"
+    except ImportError as exc:
+        if "WRONG PACKAGE" in str(exc):
+            return (f"{dist} is the PyPI placeholder (import raises {exc!s:.120}); install the real "
+                    "package from AWS's Neuron package index")
+        return f"{dist}: import {module} failed: {exc}"
+    return None
+
+
+def torch_requirement_of(dist: str = "torch-neuronx") -> Requirement | None:
+    if stack.installed_version(dist) is None:
+        return None
+    for raw in metadata.requires(dist) or []:
+        req = Requirement(raw)
+        if req.name == "torch" and req.marker is None:
+            return req
+    return None
+
+
+def torch_mismatch(pinned: str | None) -> str | None:
+    """Why the installed torch is not the one the stack needs, or None.
+
+    On a Neuron stack the requirement comes from torch-neuronx itself; on the cpu stack
+    from the suite's pin (``pinned``)."""
+    installed = stack.installed_version("torch")
+    if installed is None:
+        return "torch is not installed"
+    req = torch_requirement_of()
+    if req is not None:
+        if not req.specifier.contains(Version(installed), prereleases=True):
+            return (f"torch {installed} is installed but torch-neuronx "
+                    f"{stack.installed_version('torch-neuronx')} requires {req}: a PyPI torch "
+                    "replaced the Neuron build; reinstall the Neuron packages with "
+                    "`pip install --no-deps` so pip keeps the Neuron torch")
+        return None
+    if pinned and installed != pinned:
+        return f"torch {installed} is installed but the stack pins torch=={pinned}"
+    return None
+
+
+def inventory() -> dict:
+    found = stack.versions()
+    return {
+        "python": found["python"],
+        "python_executable": sys.executable,
+        "packages": {k: v for k, v in found.items() if k != "python"},
+        "torch_build": torch_build(),
+        "torchtitan_neuron_commit": editable_commit("torchtitan-neuron"),
+        "system_packages": deb_versions(),
+        "neuron_driver": neuron_driver_version(),
+    }

@@ -1,0 +1,225 @@
+"""The per-session report: report.json, junit.xml, summary.md, loss curves, repro bundles.
+
+Written to ``--report-dir`` (default ``reports/out/<session id>/``, an ignored folder). The
+report is first written at session start marked ``"complete": false`` and rewritten at the
+end, so an interrupted session (Ctrl-C, SIGTERM) still leaves a partial report saying so,
+with what had finished. Under pytest-xdist the controller writes the report; workers write
+run records and repro bundles into the same folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures import runs, stack
+from reports import bundle, inventory, summary
+from reports.redact import scrub_text
+
+SCHEMA_VERSION = 1
+REPORT_DIR_ENV = "CONFORMANCE_REPORT_DIR"
+AREAS = ("topology", "rope", "checkpoint", "loss", "paths", "overrides", "moe", "compile",
+         "parallel", "versions", "launch")
+
+_current_item: pytest.Item | None = None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance")
+    group.addoption("--report-dir", default=None,
+                    help="where the session report goes (default reports/out/<session id>)")
+    group.addoption("--gate-baseline", default=None,
+                    help="compare this session's report with a baseline report.json and fail "
+                         "the session on drift, new failures, missing or newly skipped contracts")
+
+
+def report_dir(config: pytest.Config) -> Path:
+    return Path(config._conformance_report_dir)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _terminate_as_interrupt(signum, frame):  # SIGTERM -> the same clean-up as Ctrl-C
+    raise KeyboardInterrupt(f"received signal {signal.Signals(signum).name}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if _is_worker(config):
+        config._conformance_report_dir = os.environ[REPORT_DIR_ENV]
+    else:
+        chosen = config.getoption("--report-dir")
+        directory = Path(chosen) if chosen else runs.REPO_ROOT / "reports" / "out" / runs.session_id()
+        directory = directory.resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        config._conformance_report_dir = str(directory)
+        os.environ[REPORT_DIR_ENV] = str(directory)
+        if not config.option.xmlpath:
+            config.option.xmlpath = str(directory / "junit.xml")
+        config._conformance_records = {}
+        config._conformance_started = time.time()
+        _write_report(config, complete=False, exitstatus=None)
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    runs.RUN_LISTENERS.append(lambda result: _record_run(config, result))
+
+
+def _record_run(config: pytest.Config, result: runs.RunResult) -> None:
+    directory = report_dir(config) / "runs"
+    directory.mkdir(exist_ok=True)
+    record_path = directory / f"{result.key}.json"
+    if not record_path.exists():
+        record = {
+            "key": result.key,
+            "spec": result.spec,
+            "run_dir": result.run_dir,
+            "command": result.command,
+            "ok": result.ok,
+            "returncode": result.launch["returncode"],
+            "timed_out": result.launch["timed_out"],
+            "wall_s": result.launch["wall_s"],
+            "launched_in_session": result.session,
+            "steps": result.steps,
+        }
+        tmp = record_path.with_name(record_path.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, record_path)
+        summary.plot_losses(record, directory / f"{result.key}.png")
+    if _current_item is not None:
+        entry = json.dumps({"key": result.key, "run_dir": result.run_dir})
+        if ("run", entry) not in _current_item.user_properties:
+            _current_item.user_properties.append(("run", entry))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    global _current_item
+    _current_item = item
+    callspec = getattr(item, "callspec", None)
+    tier = callspec.params.get("platform") if callspec is not None else None
+    area = next((a for a in AREAS if item.get_closest_marker(a)), None)
+    item.user_properties.append(("tier", tier))
+    item.user_properties.append(("area", area))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and not hasattr(report, "wasxfail"):
+        path = bundle.write_bundle(report_dir(item.config), item, report)
+        item.user_properties.append(("repro_bundle", str(path)))
+        report.user_properties = list(item.user_properties)
+        report.sections.append(("repro bundle", f"everything needed to replay this: {path}"))
+    if call.when == "teardown":
+        global _current_item
+        _current_item = None
+
+
+def _outcome(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    if report.when != "call" and report.failed:
+        return "error"
+    return report.outcome
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not _is_worker(session.config):
+        session.config.pluginmanager.register(_Collector(session.config), "conformance-collector")
+
+
+class _Collector:
+    """Keeps one record per test from the reports the controller sees."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        records = self.config._conformance_records
+        rec = records.setdefault(report.nodeid, {
+            "nodeid": report.nodeid,
+            "outcome": "passed",
+            "duration_s": 0.0,
+            "area": None,
+            "tier": None,
+        })
+        rec["duration_s"] += report.duration
+        outcome = _outcome(report)
+        if report.when == "call":
+            rec["outcome"] = outcome
+        elif outcome != "passed" and rec["outcome"] == "passed":  # setup/teardown
+            rec["outcome"] = outcome
+        if report.failed or outcome in ("skipped", "xfailed"):
+            text = report.longreprtext if report.failed else str(getattr(report, "wasxfail", "")) or report.longreprtext
+            rec["message"] = scrub_text(text[-4000:], dict(os.environ))
+        for name, value in report.user_properties:
+            if name == "run":
+                rec.setdefault("runs", [])
+                run = json.loads(value)
+                if run not in rec["runs"]:
+                    rec["runs"].append(run)
+            elif name in ("repro_bundle", "expectation", "tier", "area"):
+                rec[name] = value
+        if "[" in report.nodeid:
+            rec["parameters"] = report.nodeid.split("[", 1)[1].rstrip("]")
+
+
+def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
+    directory = report_dir(config)
+    run_records = []
+    for path in sorted((directory / "runs").glob("*.json")) if (directory / "runs").exists() else []:
+        run_records.append(json.loads(path.read_text()))
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "complete": complete,
+        "exitstatus": None if exitstatus is None else int(exitstatus),
+        "session": runs.session_id(),
+        "started_at": config._conformance_started,
+        "finished_at": time.time() if complete or exitstatus is not None else None,
+        "platforms": sorted({r["tier"] for r in config._conformance_records.values() if r.get("tier")}),
+        "stack_id": {t: stack.stack_id(t) for t in ("cpu", "trn2")},
+        "inventory": inventory.inventory(),
+        "markexpr": config.option.markexpr,
+        "contracts": sorted(config._conformance_records.values(), key=lambda r: r["nodeid"]),
+        "runs": run_records,
+    }
+    tmp = directory / "report.json.tmp"
+    tmp.write_text(scrub_text(json.dumps(report, indent=1), dict(os.environ)))
+    os.replace(tmp, directory / "report.json")
+    return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if _is_worker(config):
+        return
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    report = _write_report(config, complete=not interrupted, exitstatus=exitstatus)
+    baseline_path = config.getoption("--gate-baseline")
+    gate_result = None
+    if baseline_path:
+        from reports import gate
+
+        gate_result = gate.compare(json.loads(Path(baseline_path).read_text()), report)
+        (report_dir(config) / "gate.txt").write_text(gate_result.text())
+        if not gate_result.ok and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    text = summary.render(report, gate_result)
+    (report_dir(config) / "summary.md").write_text(scrub_text(text, dict(os.environ)))
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        size = sum(p.stat().st_size for p in report_dir(config).rglob("*") if p.is_file())
+        state = "complete" if not interrupted else "INCOMPLETE (interrupted)"
+        reporter.ensure_newline()
+        reporter.write_sep("-", f"conformance report ({state}): {report_dir(config)} ({size / 1e6:.1f} MB)")
+        if gate_result is not None:
+            reporter.write_line(gate_result.text(), red=not gate_result.ok, green=gate_result.ok)

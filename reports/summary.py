@@ -1,0 +1,111 @@
+"""summary.md, the page a reviewer reads in a pull request, and the loss-curve plots."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+
+OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
+
+
+def plot_losses(record: dict, path: Path) -> None:
+    """One PNG per training run: loss (and grad norm) per step."""
+    steps = record.get("steps") or []
+    if not steps:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    xs = [s["step"] for s in steps]
+    ax.plot(xs, [s["loss"] for s in steps], marker="o", label="loss (global avg)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax2 = ax.twinx()
+    ax2.plot(xs, [s["grad_norm"] for s in steps], color="tab:orange", linestyle="--",
+             label="grad norm")
+    ax2.set_ylabel("grad norm")
+    spec = record["spec"]
+    extra = f" +{','.join(o.rsplit('.', 1)[-1] for o in spec.get('overrides') or [])}" if spec.get("overrides") else ""
+    ax.set_title(f"{spec['config']}{extra} ({record['key'][:8]})", fontsize=10)
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def render(report: dict, gate_result=None) -> str:
+    contracts = report["contracts"]
+    inv = report["inventory"]
+    lines = [f"# Conformance summary: session {report['session']}", ""]
+    if not report["complete"]:
+        lines += ["**INCOMPLETE: the session was interrupted; only finished contracts are listed.**", ""]
+    totals = Counter(c["outcome"] for c in contracts)
+    lines += [
+        f"Tiers: {', '.join(report['platforms']) or 'none'}; selection `-m {report['markexpr']}`; "
+        + ", ".join(f"{totals[o]} {o}" for o in OUTCOMES if totals[o]),
+        "",
+        "## Stack",
+        "",
+    ]
+    rows = [[name, version or "not installed"] for name, version in inv["packages"].items()]
+    rows.append(["python", inv["python"]])
+    rows.append(["torch build", inv["torch_build"]])
+    lines += _table(["package", "version"], rows) + [""]
+
+    by_area: dict[str, Counter] = defaultdict(Counter)
+    for c in contracts:
+        by_area[c.get("area") or ("meta" if c["nodeid"].startswith("meta_tests/") else "other")][c["outcome"]] += 1
+    lines += ["## Contracts by area", ""]
+    lines += _table(["area", *OUTCOMES],
+                    [[area, *[counts[o] or "" for o in OUTCOMES]] for area, counts in sorted(by_area.items())])
+    lines.append("")
+
+    failed = [c for c in contracts if c["outcome"] in ("failed", "error", "xpassed")]
+    if failed:
+        lines += ["## Failures", ""]
+        for c in failed:
+            first = next((l for l in (c.get("message") or "").splitlines() if "contract:" in l), "")
+            lines.append(f"- `{c['nodeid']}` {first.strip()}"
+                         + (f" (repro bundle: `{c['repro_bundle']}`)" if c.get("repro_bundle") else ""))
+        lines.append("")
+    known = [c for c in contracts if c["outcome"] == "xfailed"]
+    if known:
+        lines += ["## Known upstream deviations (strict xfail)", ""]
+        lines += [f"- `{c['nodeid']}`: {(c.get('message') or '').strip()[:300]}" for c in known]
+        lines.append("")
+    skipped = [c for c in contracts if c["outcome"] == "skipped"]
+    if skipped:
+        lines += ["## Skipped (not passing)", ""]
+        lines += [f"- `{c['nodeid']}`: {(c.get('message') or '').strip()[:200]}" for c in skipped]
+        lines.append("")
+    if report["runs"]:
+        lines += ["## Training runs", ""]
+        rows = []
+        for r in report["runs"]:
+            steps = r["steps"]
+            rows.append([
+                f"`{r['spec']['config']}`" + (" + overrides" if r["spec"].get("overrides") else ""),
+                len(steps),
+                f"{steps[0]['loss']:.5f}" if steps else "-",
+                f"{steps[-1]['loss']:.5f}" if steps else "-",
+                f"{r['wall_s']:.1f}",
+                "ok" if r["ok"] else ("timed out" if r["timed_out"] else f"exit {r['returncode']}"),
+                f"[plot](runs/{r['key']}.png)" if steps else "",
+            ])
+        lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "curve"], rows)
+        lines.append("")
+    if gate_result is not None:
+        lines += ["## Against the baseline", "", "```", gate_result.text(), "```", ""]
+    return "\n".join(lines)
