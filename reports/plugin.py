@@ -219,7 +219,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if reporter is not None:
         size = sum(p.stat().st_size for p in report_dir(config).rglob("*") if p.is_file())
         state = "complete" if not interrupted else "INCOMPLETE (interrupted)"
-        reporter.ensure_newline()
+        reporter.write_line("")
         reporter.write_sep("-", f"conformance report ({state}): {report_dir(config)} ({size / 1e6:.1f} MB)")
         if gate_result is not None:
             reporter.write_line(gate_result.text(), red=not gate_result.ok, green=gate_result.ok)

@@ -1,0 +1,324 @@
+"""RoPE kernel contracts: sequence length, cache, layout, parity, custom op, override.
+
+Facts: CONTRACTS.md "The NKI RoPE kernel" and "What upstream torchtitan 0.3.0 actually
+does" (Qwen3 RoPE is ``CosSinRoPE``: a ``[max_seq_len, 2*head_dim]`` cache, cos then sin,
+rotate-half, float32, equal bit for bit to HF's cos/sin). The kernel under test on trn2 is
+``nkilib.core.embeddings.rope_hf`` through ``torch_neuronx.wrap_nki``; on the cpu tier the
+``reference`` provider implements the kernel's documented contract in plain PyTorch, and is
+compared with torchtitan's and transformers' own RoPE.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.kernels import adapter, preflight, providers, rules
+from fixtures.run_definitions import DENSE_NATIVE, DENSE_NATIVE_KERNEL_ROPE
+from fixtures.runs import RunSpec
+
+pytestmark = pytest.mark.rope
+
+
+def _providers(platform) -> tuple[str, ...]:
+    return providers.CPU_PROVIDERS + (("nki",) if platform.name == "trn2" else ())
+
+
+def _kernel_provider(platform) -> str:
+    """The provider standing for "the kernel": the real one on trn2, the reference here."""
+    return "nki" if platform.name == "trn2" else "reference"
+
+
+def _device(platform, provider: str) -> str:
+    return platform.device_type if provider == "nki" else "cpu"
+
+
+def _titan_cache(head_dim: int, max_seq_len: int, theta: float) -> torch.Tensor:
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    return CosSinRoPE.Config(dim=head_dim, max_seq_len=max_seq_len, theta=theta).build().cache
+
+
+def _hf_cos_sin(head_dim: int, seq: int, theta: float):
+    from transformers import Qwen3Config
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    config = Qwen3Config(head_dim=head_dim, hidden_size=head_dim * 2, num_attention_heads=2,
+                         max_position_embeddings=max(seq, 128), rope_theta=theta)
+    rotary = Qwen3RotaryEmbedding(config)
+    x = torch.zeros(1, seq, head_dim)
+    cos, sin = rotary(x, torch.arange(seq).unsqueeze(0))
+    return cos[0], sin[0]
+
+
+# ----------------------------------------------------------------------------- sequence length
+
+
+@given(seq=st.integers(min_value=1, max_value=20000), lnc=st.sampled_from([1, 2]))
+def test_seq_len_rule(platform, seq, lnc):
+    """Multiples of 128 * LNC are accepted; others are rejected with the rule and the two
+    nearest valid lengths (both valid, bracketing the request)."""
+    if seq % (128 * lnc) == 0:
+        rules.check_seq_len(seq, lnc)
+        return
+    with pytest.raises(rules.RopeShapeError) as err:
+        rules.check_seq_len(seq, lnc)
+    message = str(err.value)
+    expect(f"seq len must be multiple of 128 * LNC={lnc}" in message,
+           "the error names the kernel's rule", f"128 * LNC={lnc}", message)
+    below, above = rules.nearest_valid(seq, lnc)
+    expect(f"nearest valid lengths: {below} and {above}" in message,
+           "the error names the nearest valid lengths", (below, above), message)
+    expect(below % (128 * lnc) == 0 and above % (128 * lnc) == 0 and below <= max(seq, 128 * lnc) <= above + 128 * lnc,
+           "the suggested lengths are valid and bracket the request", (below, seq, above), message)
+
+
+@given(seq=st.integers(min_value=1, max_value=9000), lnc=st.sampled_from([1, 2]))
+def test_bad_seq_len_rejected_before_launch(platform, titan_runs, seq, lnc):
+    """A run whose kernel override cannot take its sequence length is refused by the
+    harness before any torchrun process starts."""
+    assume(seq % (128 * lnc) != 0)
+    override = f'{preflight.KERNEL_OVERRIDE}={{"provider": "{_kernel_provider(platform)}", "lnc": {lnc}}}'
+    spec = RunSpec(config="dense_native", steps=1, overrides=(override,),
+                   args=("--training.seq_len", str(seq)))
+    with pytest.raises(rules.RopeShapeError, match=r"128 \* LNC"):
+        titan_runs.get(spec)
+    expect(not (titan_runs.root / titan_runs.key(spec)).exists(),
+           "nothing was launched for a rejected run", "no run folder", titan_runs.key(spec))
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+def test_kernel_rejects_bad_seq_len_itself(platform, lnc):
+    """The kernel's own check (not just the harness's): a length that is not a multiple of
+    128 * LNC fails with ``seq len must be multiple of 128 * LNC=...``."""
+    provider = _kernel_provider(platform)
+    device = _device(platform, provider)
+    q = torch.randn(1, 2, 128 * lnc + 64, 64, device=device)
+    cache = _titan_cache(64, 1024, 1e6).to(device)
+    with pytest.raises(Exception, match=rf"seq len must be multiple of 128 \* LNC={lnc}"):
+        providers.PROVIDERS[provider](q, q.clone(), torch.empty_like(q), torch.empty_like(q),
+                                      rope_cache=cache, lnc=lnc, enforce_seq_rule=provider != "nki")
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+@given(head_dim=st.sampled_from([16, 32, 64, 128]), theta=st.sampled_from([1e4, 1e6]),
+       seq=st.integers(min_value=1, max_value=1024))
+def test_cache_layout_matches_torchtitan_and_hf(platform, head_dim, theta, seq):
+    """torchtitan's cache is ``[seq, 2*head_dim]``: first half cos, second half sin, equal
+    bit for bit (``torch.equal``) to transformers' Qwen3 cos and sin."""
+    cache = _titan_cache(head_dim, seq, theta)
+    expect_equal(tuple(cache.shape), (seq, 2 * head_dim), "cache shape is [seq, 2*head_dim]")
+    expect_equal(cache.dtype, torch.float32, "cache is float32")
+    cos, sin = _hf_cos_sin(head_dim, seq, theta)
+    expect(torch.equal(cache[:, :head_dim], cos), "first half of the cache is HF's cos, bit for bit",
+           0.0, (cache[:, :head_dim] - cos).abs().max().item())
+    expect(torch.equal(cache[:, head_dim:], sin), "second half of the cache is HF's sin, bit for bit",
+           0.0, (cache[:, head_dim:] - sin).abs().max().item())
+
+
+@pytest.mark.parametrize("shape_kind", ["short", "wrong_width", "both_cache_and_cos_sin", "batch_mismatch"])
+def test_bad_cache_rejected(platform, shape_kind):
+    """A cache shorter than q's sequence, of the wrong width, given together with cos/sin,
+    or with a batch that is not q's, is rejected."""
+    provider = _kernel_provider(platform)
+    device = _device(platform, provider)
+    q = torch.randn(2, 2, 256, 32, device=device)
+    cache = _titan_cache(32, 512, 1e6).to(device)
+    kwargs = {"rope_cache": cache}
+    expected = None
+    if shape_kind == "short":
+        kwargs["rope_cache"] = cache[:128]
+        expected = "shorter than q's seq"
+    elif shape_kind == "wrong_width":
+        kwargs["rope_cache"] = cache[:, :48]
+        expected = "head_dim\\*2"
+    elif shape_kind == "both_cache_and_cos_sin":
+        kwargs.update(cos=cache[:, :32], sin=cache[:, 32:])
+        expected = "got both"
+    else:
+        kwargs["rope_cache"] = cache.unsqueeze(0).expand(3, -1, -1)
+        expected = "batch"
+    with pytest.raises(Exception, match=expected):
+        providers.PROVIDERS[provider](q, q.clone(), torch.empty_like(q), torch.empty_like(q), **kwargs)
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+@given(b=st.integers(1, 3), s=st.integers(1, 64), h=st.integers(1, 8), d=st.sampled_from([2, 8, 16]))
+def test_layout_round_trip(platform, b, s, h, d):
+    """``[b,s,h,d] -> [b,h,s,d] -> [b,s,h,d]`` is exact, and puts element (b,s,h) at (b,h,s)."""
+    x = torch.randn(b, s, h, d)
+    k = adapter.to_kernel_layout(x)
+    expect_equal(tuple(k.shape), (b, h, s, d), "kernel layout is [batch, heads, seq, head_dim]")
+    expect(torch.equal(k[:, :, :, :].permute(0, 2, 1, 3), x), "element (b,s,h) lands at (b,h,s)",
+           "equal", "differs")
+    expect(torch.equal(adapter.from_kernel_layout(k), x), "the round trip is exact", "equal", "differs")
+
+
+def test_outputs_do_not_alias_inputs(platform):
+    """The wrapper's outputs are new tensors (``torch.empty_like``), never views of q/k."""
+    provider = _kernel_provider(platform)
+    device = _device(platform, provider)
+    q = torch.randn(1, 256, 2, 32, device=device)
+    k = torch.randn(1, 256, 2, 32, device=device)
+    cache = _titan_cache(32, 512, 1e6).to(device)
+    q_out, k_out = adapter.apply_rope(q, k, cache, provider=provider, lnc=1)
+    inputs = {t.untyped_storage().data_ptr() for t in (q, k, cache)}
+    outputs = {t.untyped_storage().data_ptr() for t in (q_out, k_out)}
+    expect(not inputs & outputs, "outputs share no storage with inputs", "disjoint", inputs & outputs)
+    expect(q_out.untyped_storage().data_ptr() != k_out.untyped_storage().data_ptr(),
+           "q and k outputs are separate tensors", "disjoint", "shared")
+
+
+# ----------------------------------------------------------------------------- parity
+
+
+@st.composite
+def rope_problems(draw, max_seq_blocks: int = 3):
+    batch = draw(st.integers(1, 2))
+    kv_heads = draw(st.integers(1, 4))
+    heads = kv_heads * draw(st.integers(1, 3))
+    head_dim = draw(st.sampled_from([16, 32, 64, 128]))
+    seq = 128 * draw(st.integers(1, max_seq_blocks))
+    max_seq = seq + draw(st.integers(0, 512))
+    position_kind = draw(st.sampled_from(["prefix", "offset", "per_batch"]))
+    seed = draw(st.integers(0, 2**16))
+    return dict(batch=batch, heads=heads, kv_heads=kv_heads, head_dim=head_dim, seq=seq,
+                max_seq=max_seq, position_kind=position_kind, seed=seed)
+
+
+def _make(problem, dtype=torch.float32):
+    g = torch.Generator().manual_seed(problem["seed"])
+    b, s, d = problem["batch"], problem["seq"], problem["head_dim"]
+    q = torch.randn(b, s, problem["heads"], d, generator=g).to(dtype)
+    k = torch.randn(b, s, problem["kv_heads"], d, generator=g).to(dtype)
+    full = _titan_cache(d, problem["max_seq"], 1e6)
+    if problem["position_kind"] == "prefix":
+        cache = full[:s]
+    elif problem["position_kind"] == "offset":
+        start = int(torch.randint(0, problem["max_seq"] - s + 1, (1,), generator=g))
+        cache = full[start:start + s]
+    else:
+        positions = torch.stack([torch.randperm(problem["max_seq"], generator=g)[:s].sort().values
+                                 for _ in range(b)])
+        cache = full[positions]  # [batch, seq, 2*head_dim]
+    return q, k, cache, (torch.randn(q.shape, generator=g).to(dtype), torch.randn(k.shape, generator=g).to(dtype))
+
+
+def _forward_backward(provider, q, k, cache, grads, device):
+    q = q.to(device).requires_grad_(True)
+    k = k.to(device).requires_grad_(True)
+    cache = cache.to(device).requires_grad_(True)
+    q_out, k_out = adapter.apply_rope(q, k, cache, provider=provider, lnc=1)
+    torch.autograd.backward((q_out, k_out), (grads[0].to(device), grads[1].to(device)))
+    return [t.detach().cpu() for t in (q_out, k_out, q.grad, k.grad)], cache.grad
+
+
+def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item()
+
+
+@given(problem=rope_problems())
+def test_float32_parity_between_providers(platform, problem):
+    """float32: every pair of providers agrees exactly (max abs error 0.0) on q and k,
+    forward and backward (gradients w.r.t. q and k); the cache gets no gradient."""
+    q, k, cache, grads = _make(problem)
+    results = {}
+    for provider in _providers(platform):
+        outs, cache_grad = _forward_backward(provider, q, k, cache, grads, _device(platform, provider))
+        expect(cache_grad is None, f"{provider}: the cache's gradient is None", None,
+               "a tensor", detail=json.dumps(problem))
+        results[provider] = outs
+    for a, b in itertools.combinations(results, 2):
+        for name, x, y in zip(("q_out", "k_out", "grad_q", "grad_k"), results[a], results[b]):
+            err = _max_abs(x, y)
+            expect(err == 0.0, f"float32 parity {a} vs {b} on {name}: max abs error 0.0", 0.0, err,
+                   detail=f"problem: {json.dumps(problem)}")
+
+
+@given(problem=rope_problems(max_seq_blocks=2))
+def test_kernel_matches_the_model_module(platform, problem):
+    """The kernel through the wrapper equals torchtitan's ``CosSinRoPE`` module as the model
+    calls it (``rope(q, k, positions)``, autograd backward), bit for bit in float32."""
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    problem = {**problem, "position_kind": "per_batch"}
+    g = torch.Generator().manual_seed(problem["seed"])
+    b, s, d = problem["batch"], problem["seq"], problem["head_dim"]
+    module = CosSinRoPE.Config(dim=d, max_seq_len=problem["max_seq"], theta=1e6).build()
+    positions = torch.stack([torch.randperm(problem["max_seq"], generator=g)[:s].sort().values for _ in range(b)])
+    q = torch.randn(b, s, problem["heads"], d, generator=g)
+    k = torch.randn(b, s, problem["kv_heads"], d, generator=g)
+    gq, gk = torch.randn(q.shape, generator=g), torch.randn(k.shape, generator=g)
+    qm, km = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
+    yq, yk = module(qm, km, positions)
+    torch.autograd.backward((yq, yk), (gq, gk))
+    provider = _kernel_provider(platform)
+    outs, _ = _forward_backward(provider, q, k, module.cache[positions], (gq, gk),
+                                _device(platform, provider))
+    for name, x, y in zip(("q_out", "k_out", "grad_q", "grad_k"), outs, (yq.detach(), yk.detach(), qm.grad, km.grad)):
+        err = _max_abs(x, y)
+        expect(err == 0.0, f"{provider} vs torchtitan CosSinRoPE module on {name}: max abs error 0.0",
+               0.0, err, detail=f"problem: {json.dumps(problem)}")
+
+
+def test_bfloat16_parity_is_measured(platform, record_property):
+    """bfloat16: the error between providers is measured and reported (not asserted to be
+    0); it must stay within a few bf16 ulps of the outputs' magnitude."""
+    problem = dict(batch=2, heads=4, kv_heads=2, head_dim=64, seq=256, max_seq=512,
+                   position_kind="offset", seed=7)
+    q, k, cache, grads = _make(problem, torch.bfloat16)
+    results = {p: _forward_backward(p, q, k, cache, grads, _device(platform, p))[0]
+               for p in _providers(platform)}
+    worst = 0.0
+    for a, b in itertools.combinations(results, 2):
+        for x, y in zip(results[a], results[b]):
+            err = _max_abs(x, y)
+            worst = max(worst, err)
+            bound = 4 * 2.0**-8 * max(x.abs().max().item(), 1.0)
+            expect(err <= bound, f"bf16 {a} vs {b} within 4 ulps", f"<= {bound}", err)
+    record_property("bf16_max_abs_error", worst)
+
+
+# ----------------------------------------------------------------------------- override in a run
+
+
+@pytest.mark.slow
+def test_override_replaces_every_layer_once(platform, titan_runs):
+    """``--override.imports`` with the kernel override logs exactly one replacement of
+    ``CosSinRoPE.Config`` by the kernel RoPE per Qwen3 layer, and nothing else."""
+    run = require_ok(titan_runs.get(DENSE_NATIVE_KERNEL_ROPE))
+    n_layers = len(json.loads((run.dump_dir / "resolved_config.json").read_text())
+                   ["model_spec"]["model"]["layers"])
+    log = run.rank_log_text(0, "stdout") + run.rank_log_text(0, "stderr")
+    lines = [l for l in log.splitlines() if "[Override] " + preflight.KERNEL_OVERRIDE in l]
+    layers = sorted(int(l.split(".layers.", 1)[1].split(".", 1)[0]) for l in lines)
+    expect_equal(layers, list(range(n_layers)), "one replacement line per Qwen3 layer", run,
+                 detail="\n".join(lines))
+    for line in lines:
+        expect("CosSinRoPE.Config -> KernelRoPE.Config" in line and line.split(": ", 1)[1].split(" ", 1)[0].endswith(".attention.rope"),
+               "each line replaces a layer's attention.rope CosSinRoPE by the kernel RoPE",
+               "...attention.rope CosSinRoPE.Config -> KernelRoPE.Config", line, run)
+    expect(f"Applied {n_layers} override(s)" in log, "the total matches the layers",
+           f"Applied {n_layers} override(s)", [l for l in log.splitlines() if "Applied" in l], run)
+
+
+@pytest.mark.slow
+def test_override_run_losses_bit_equal(platform, titan_runs):
+    """fp32, same seed, deterministic: the run with the kernel override has per-step losses
+    and gradient norms bit-equal to the same run without it."""
+    plain = require_ok(titan_runs.get(DENSE_NATIVE))
+    kernel = require_ok(titan_runs.get(DENSE_NATIVE_KERNEL_ROPE))
+    expect_equal(kernel.losses(), plain.losses(), "losses with the kernel RoPE equal the native run's, bit for bit",
+                 kernel, detail=f"native run: {plain.run_dir}")
+    expect_equal([s["grad_norm"] for s in kernel.steps], [s["grad_norm"] for s in plain.steps],
+                 "grad norms with the kernel RoPE equal the native run's", kernel)
