@@ -1,0 +1,343 @@
+"""Override contracts: what a ``fqns`` selector selects, conflicts, warnings, imports.
+
+The system under test is torchtitan's own ``torchtitan/config/override.py`` (``override``,
+``derive``, ``apply_overrides``, ``OverrideConfig``). Facts: CONTRACTS.md "Overrides" (the
+write-up's ``fqns=["layers.1[0-9].attention.rope"]`` limits an override to layers 10 to 19;
+two overrides claiming one node is an error; a selector matching nothing warns) and "What
+upstream torchtitan 0.3.0 actually does" (globs use fnmatch, ``*`` crosses dots, matched
+against the full path from the ``Trainer.Config`` root; ``--override.imports`` entries are
+``module.function``).
+
+Expected sets come from ``glob_oracle`` below, written from the documented rules, never
+from calling fnmatch or the code under test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import sys
+import types
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.run_definitions import LAYERS_10_TO_19
+
+pytestmark = pytest.mark.overrides
+
+WRITEUP_SELECTOR = "layers.1[0-9].attention.rope"
+
+
+# ----------------------------------------------------------------------------- the oracle
+
+
+def glob_oracle(pattern: str, name: str) -> bool:
+    """fnmatch's documented rules, by hand: ``*`` any run of characters (dots included),
+    ``?`` one character, ``[seq]`` one character in seq (``a-b`` ranges), ``[!seq]`` one not
+    in seq; anything else matches itself; the whole name must match."""
+    regex, i = "", 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "*":
+            regex += ".*"
+        elif c == "?":
+            regex += "."
+        elif c == "[":
+            j = pattern.find("]", i + 2 if pattern[i + 1:i + 2] in ("!", "]") else i + 1)
+            if j < 0:
+                regex += re.escape(c)
+            else:
+                body = pattern[i + 1:j]
+                negate = body.startswith("!")
+                body = body[1:] if negate else body
+                parts, k = [], 0
+                while k < len(body):
+                    if k + 2 < len(body) and body[k + 1] == "-":
+                        parts.append(re.escape(body[k]) + "-" + re.escape(body[k + 2]))
+                        k += 3
+                    else:
+                        parts.append(re.escape(body[k]))
+                        k += 1
+                regex += "[" + ("^" if negate else "") + "".join(parts) + "]"
+                i = j
+        else:
+            regex += re.escape(c)
+        i += 1
+    return re.fullmatch(regex, name, flags=re.S) is not None
+
+
+def writeup_layers(n_layers: int) -> list[int]:
+    """What the write-up says ``layers.1[0-9].attention.rope`` selects: layers 10 to 19."""
+    return [i for i in range(10, 20) if i < n_layers]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+_counter = itertools.count()
+
+
+def register(fqns, target=None, factory=None) -> str:
+    """Register an override in a fresh module; returns its ``module.function`` target."""
+    from torchtitan.config import derive, override
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    from fixtures.titan.rope_override import KernelRoPE
+
+    name = f"conformance_dynamic_overrides_{next(_counter)}"
+    module = types.ModuleType(name)
+
+    def replace(cfg):
+        return derive(cfg, KernelRoPE.Config)
+
+    fn = factory or replace
+    fn.__module__, fn.__name__, fn.__qualname__ = name, "ov", "ov"
+    override(target=target or CosSinRoPE.Config, fqns=fqns)(fn)
+    module.ov = fn
+    sys.modules[name] = module
+    return f"{name}.ov"
+
+
+def trainer_config(n_layers: int):
+    from fixtures.titan.tiny_qwen3 import tiny_trainer_config
+
+    return tiny_trainer_config(n_layers=n_layers)
+
+
+def apply(imports, root) -> list[str]:
+    from torchtitan.config.override import OverrideConfig, apply_overrides
+
+    return apply_overrides(OverrideConfig(imports=list(imports)), root)
+
+
+def replaced_layers(model_config) -> list[int]:
+    from fixtures.titan.rope_override import KernelRoPE
+
+    return [i for i, layer in enumerate(model_config.layers)
+            if isinstance(layer.attention.rope, KernelRoPE.Config)]
+
+
+def only_ropes_replaced(lines: list[str]) -> bool:
+    return all(line.split(": ", 1)[1].split(" ", 1)[0].endswith(".attention.rope") for line in lines)
+
+
+# ----------------------------------------------------------------------------- matching
+
+
+@given(n_layers=st.integers(1, 128))
+def test_writeup_selector_on_module_fqns(platform, n_layers):
+    """At the model level (bare module FQNs, as the ``override()`` docstring shows), the
+    write-up's ``layers.1[0-9].attention.rope`` selects exactly layers 10 to 19 that exist:
+    none when L <= 10, fewer when L < 20, never 1 or 100-119, and only their RoPE."""
+    model = trainer_config(n_layers).model_spec.model
+    lines = apply([register([WRITEUP_SELECTOR])], model)
+    expect_equal(replaced_layers(model), writeup_layers(n_layers),
+                 f"{WRITEUP_SELECTOR} on a {n_layers}-layer model selects layers 10..19", detail="\n".join(lines))
+    expect(only_ropes_replaced(lines), "only attention.rope nodes are replaced", "attention.rope", lines)
+
+
+@given(n_layers=st.integers(1, 128))
+def test_writeup_selector_under_trainer(platform, n_layers):
+    """Under the trainer (``apply_overrides`` on the ``Trainer.Config``, as ``Trainer``
+    does), the write-up's selector must select layers 10 to 19. Upstream 0.3.0 matches from
+    the ``Trainer.Config`` root, so the bare selector matches nothing and only warns: a
+    known deviation, listed in the stack's expectations file."""
+    config = trainer_config(n_layers)
+    lines = apply([register([WRITEUP_SELECTOR])], config)
+    expect_equal(replaced_layers(config.model_spec.model), writeup_layers(n_layers),
+                 f"{WRITEUP_SELECTOR} under the trainer selects layers 10..19 of {n_layers}",
+                 detail="\n".join(lines) or "no replacement lines")
+
+
+@pytest.mark.parametrize("selector", ["model_spec.model.layers.1[0-9].attention.rope",
+                                      "*layers.1[0-9].attention.rope"])
+@given(n_layers=st.integers(1, 128))
+def test_rooted_selectors_under_trainer(platform, selector, n_layers):
+    """The spellings that do select layers 10 to 19 under the trainer: rooted at
+    ``model_spec.model``, or with a leading ``*``."""
+    config = trainer_config(n_layers)
+    lines = apply([register([selector])], config)
+    expect_equal(replaced_layers(config.model_spec.model), writeup_layers(n_layers),
+                 f"{selector} under the trainer selects layers 10..19 of {n_layers}", detail="\n".join(lines))
+    expect(only_ropes_replaced(lines), "only attention.rope nodes are replaced", "attention.rope", lines)
+
+
+def test_leading_star_crosses_dots(platform):
+    """fnmatch's ``*`` crosses dots. ``*layers.1[0-9].attention.rope`` still cannot reach
+    layers 1 or 100-127 (the digit class takes exactly one character), but ``*layers.1*``
+    reaches 1, 10-19 and 100-127, and ``*1[0-9].attention.rope`` also reaches 110-119: a
+    leading or trailing ``*`` is not a path-segment wildcard."""
+    for selector, expected in (
+        ("*layers.1[0-9].attention.rope", list(range(10, 20))),
+        ("*layers.1*", [1, *range(10, 20), *range(100, 128)]),
+        ("*1[0-9].attention.rope", [*range(10, 20), *range(110, 120)]),
+    ):
+        config = trainer_config(128)
+        lines = apply([register([selector])], config)
+        expect_equal(replaced_layers(config.model_spec.model), expected,
+                     f"{selector} on 128 layers selects {expected[:3]}...{expected[-2:]}")
+        expect(only_ropes_replaced(lines), f"{selector} replaces only RoPE nodes (the target class)",
+               "attention.rope", lines)
+
+
+_PARTS = st.sampled_from(["layers", "model_spec", "model", "attention", "rope", "1", "0", "12",
+                          "*", "?", "[0-9]", "[1-3]", "[!0]", "1[0-9]", "[0-9]*", "l*s", "a?tention"])
+
+
+@st.composite
+def selectors(draw):
+    parts = draw(st.lists(_PARTS, min_size=1, max_size=7))
+    seps = draw(st.lists(st.sampled_from([".", ".", ".", ""]), min_size=len(parts) - 1,
+                         max_size=len(parts) - 1))
+    text = parts[0] + "".join(s + p for s, p in zip(seps, parts[1:]))
+    return draw(st.sampled_from(["", "*", "*."])) + text
+
+
+@settings(max_examples=500)
+@given(selector=selectors(), n_layers=st.integers(1, 128))
+def test_selector_matches_oracle(platform, selector, n_layers):
+    """For any selector built from literal parts, ``*``, ``?`` and ``[a-b]`` classes, the
+    nodes ``apply_overrides`` replaces under the trainer are exactly those the oracle
+    (fnmatch's documented rules, written by hand) accepts among the model's RoPE FQNs."""
+    from torchtitan.models.common.rope import RoPE
+
+    config = trainer_config(n_layers)
+    fqns = [fqn for fqn, *_ in config.traverse(RoPE.Config)]
+    expected = [int(f.split(".layers.", 1)[1].split(".", 1)[0]) for f in fqns if glob_oracle(selector, f)]
+    apply([register([selector])], config)
+    expect_equal(replaced_layers(config.model_spec.model), expected,
+                 f"selector {selector!r} on {n_layers} layers replaces what the oracle selects")
+
+
+# ----------------------------------------------------------------------------- conflicts, warnings
+
+
+def test_two_overrides_on_one_node_raise(platform):
+    """Two overrides claiming the same node: ``ValueError`` naming both and the node."""
+    a = register(["*layers.1[0-9].attention.rope"])
+    b = register(["*layers.11.attention.rope"])
+    with pytest.raises(ValueError) as err:
+        apply([a, b], trainer_config(12))
+    message = str(err.value)
+    expected = f"Overrides '{a}' and '{b}' both claim node 'model_spec.model.layers.11.attention.rope'"
+    expect(expected in message, "the conflict names both overrides and the node", expected, message)
+
+
+def test_ancestor_and_descendant_claims_raise(platform):
+    """An override of a layer's attention and one of its RoPE: nested claims raise."""
+    from torchtitan.config import derive
+
+    config = trainer_config(12)
+    attention_cls = type(config.model_spec.model.layers[11].attention)
+    outer = register(["*layers.11.attention"], target=attention_cls,
+                     factory=lambda cfg: derive(cfg, attention_cls))
+    inner = register(["*layers.11.attention.rope"])
+    with pytest.raises(ValueError) as err:
+        apply([outer, inner], config)
+    message = str(err.value)
+    expect("an ancestor of" in message and "layers.11.attention.rope" in message and outer in message,
+           "a nested claim names the ancestor and the descendant", "... an ancestor of ...", message)
+
+
+def test_same_target_listed_twice_raises(platform):
+    target = register(["*layers.1.attention.rope"])
+    with pytest.raises(ValueError, match=re.escape(f"Override '{target}' is named by two entries")):
+        apply([target, target], trainer_config(2))
+
+
+def test_selector_matching_nothing_warns(platform, caplog):
+    """A selector that matches no node: no replacement and the "produced no replacements"
+    warning (this is all the write-up's bare selector gets under the trainer)."""
+    target = register([WRITEUP_SELECTOR])
+    config = trainer_config(12)
+    with caplog.at_level(logging.WARNING):
+        lines = apply([target], config)
+    expect_equal(lines, [], "no replacement lines")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    expect(any("produced no replacements" in w and target in w for w in warnings),
+           "the warning names the import and says it produced no replacements",
+           "override.imports=[...] produced no replacements", warnings)
+
+
+def test_function_registered_twice_raises(platform):
+    from torchtitan.config import override
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    target = register(["*"])
+    module, name = target.rsplit(".", 1)
+    fn = getattr(sys.modules[module], name)
+    with pytest.raises(ValueError, match="is already registered"):
+        override(target=CosSinRoPE.Config)(fn)
+
+
+# ----------------------------------------------------------------------------- imports, derive
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("fixtures.titan.layer_overrides", "names no registered @override"),
+    ("layer_overrides", "must be a 'module.function' path"),
+    ("fixtures.titan.no_such_module.fn", "could not be imported"),
+])
+def test_bad_imports_fail_with_documented_message(platform, entry, message):
+    """``--override.imports`` entries must be ``module.function``: a bare module fails with
+    "names no registered @override", a dotless name and a missing module fail too."""
+    import fixtures.titan.layer_overrides  # noqa: F401
+
+    with pytest.raises((ValueError, ImportError), match=re.escape(message)):
+        apply([entry], trainer_config(2))
+
+
+_ROPE_FIELDS = st.fixed_dictionaries({
+    "dim": st.sampled_from([16, 64, 128]),
+    "max_seq_len": st.integers(1, 8192),
+    "theta": st.floats(1.0, 1e7),
+    "scaling": st.sampled_from(["none", "yarn"]),
+    "rope_factor": st.floats(1.0, 8.0),
+    "beta_fast": st.floats(1.0, 64.0),
+    "original_seq_len": st.integers(1, 8192),
+    "truncate": st.booleans(),
+})
+
+
+@given(fields=_ROPE_FIELDS)
+def test_derive_copies_every_shared_field(platform, fields):
+    """``derive(source, Target)`` copies every field the two configs share; an unknown delta
+    raises."""
+    import dataclasses
+
+    from torchtitan.config import derive
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    from fixtures.titan.rope_override import KernelRoPE
+
+    source = CosSinRoPE.Config(**fields)
+    derived = derive(source, KernelRoPE.Config, lnc=1)
+    for f in dataclasses.fields(CosSinRoPE.Config):
+        if f.init:
+            expect_equal(getattr(derived, f.name), getattr(source, f.name), f"derive copies {f.name}")
+    expect_equal(derived.lnc, 1, "derive applies the delta")
+    with pytest.raises(ValueError, match="fields not on"):
+        derive(source, KernelRoPE.Config, not_a_field=1)
+
+
+# ----------------------------------------------------------------------------- in a real run
+
+
+@pytest.mark.slow
+def test_cli_override_log_contract(platform, titan_runs):
+    """A real run with ``--override.imports module.function='{json kwargs}'``: each replaced
+    node gets exactly one ``[Override] name: fqn Old -> New`` line, the kwargs from the
+    command line reach the factory, and the total matches the selected layers (10 and 11 of
+    a 12-layer model)."""
+    run = require_ok(titan_runs.get(LAYERS_10_TO_19))
+    log = run.rank_log_text(0, "stdout") + run.rank_log_text(0, "stderr")
+    name = "fixtures.titan.layer_overrides.star_layers_10_to_19"
+    lines = [l[l.index("[Override]"):] for l in log.splitlines() if f"[Override] {name}:" in l]
+    expected = [f"[Override] {name}: model_spec.model.layers.{i}.attention.rope "
+                f"CosSinRoPE.Config -> KernelRoPE.Config with tag='from-cli'" for i in (10, 11)]
+    expect_equal(lines, expected, "one line per replaced node, kwargs from the CLI included", run)
+    expect("Applied 2 override(s)" in log, "the total matches the selected layers",
+           "Applied 2 override(s)", [l for l in log.splitlines() if "Applied" in l], run)
