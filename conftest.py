@@ -6,5 +6,6 @@ pytest_plugins = [
     "fixtures.run_fixtures",
     "fixtures.hypothesis_profiles",
     "reports.plugin",
+    "fixtures.hygiene",
     "pytester",  # meta_tests drive the plugins in throw-away pytest sessions
 ]

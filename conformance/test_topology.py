@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fixtures import launcher, topology
 from fixtures.contract import expect, expect_equal, require_ok
-from fixtures.run_definitions import DENSE_NATIVE
+from fixtures.run_definitions import DENSE_NATIVE, DENSE_NATIVE_TWO_NODES
 
 pytestmark = pytest.mark.topology
 
@@ -158,3 +158,21 @@ def test_launch_line_matches_writeup(platform, titan_runs):
                  ["-m", "torchtitan.train", "--module", platform.titan_module,
                   "--config", DENSE_NATIVE.config],
                  "torchtitan.train with the platform's module and the config function", run)
+
+
+@pytest.mark.slow
+def test_two_nodes_match_one_node(platform, titan_runs):
+    """Multi-node launch: two torchrun agents (``--nnodes=2``, one c10d rendezvous on this
+    host) with half the ranks each train exactly as one agent with all ranks: the same
+    per-step losses, bit for bit."""
+    one = require_ok(titan_runs.get(DENSE_NATIVE))
+    two = require_ok(titan_runs.get(DENSE_NATIVE_TWO_NODES))
+    commands = two.launch["node_commands"]
+    expect_equal(len(commands), 2, "two agents were started", two)
+    endpoints = {c.split("--rdzv_endpoint ", 1)[1].split(" ", 1)[0] for c in commands}
+    expect(len(endpoints) == 1 and all("--nnodes=2" in c for c in commands),
+           "both agents join one rendezvous with --nnodes=2", "one endpoint", endpoints, two)
+    expect_equal(two.probe_json("parallel.rank0.json")["world_size"], platform.nproc_per_node,
+                 "the two agents form one world", two)
+    expect_equal(two.losses(), one.losses(), "2 nodes x N/2 ranks train as 1 node x N ranks", two,
+                 detail=f"one-node run: {one.run_dir}")

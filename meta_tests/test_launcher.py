@@ -20,7 +20,7 @@ PROGRAMS = Path(__file__).parent / "rank_programs"
 
 def _launch(tmp_path: Path, program: str, *args: str, timeout: float = 60.0):
     argv = launcher.torchrun_argv(2, [str(PROGRAMS / program), *args], tmp_path / "logs")
-    return launcher.launch(argv, tmp_path, {}, timeout, nproc_per_node=2)
+    return launcher.launch([argv], tmp_path, {}, timeout, nproc_per_node=2)
 
 
 def test_clean_run_keeps_every_rank_log(tmp_path):

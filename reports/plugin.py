@@ -112,6 +112,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     report = outcome.get_result()
+    _scrub_report(report)
     if report.failed and not hasattr(report, "wasxfail"):
         path = bundle.write_bundle(report_dir(item.config), item, report)
         item.user_properties.append(("repro_bundle", str(path)))
@@ -120,6 +121,16 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if call.when == "teardown":
         global _current_item
         _current_item = None
+
+
+def _scrub_report(report: pytest.TestReport) -> None:
+    """Secret values never reach the terminal, junit.xml or any report: drop them from the
+    failure text and captured output before anything renders the report."""
+    env = dict(os.environ)
+    text = report.longreprtext
+    if text and scrub_text(text, env) != text:
+        report.longrepr = scrub_text(text, env)
+    report.sections = [(title, scrub_text(body, env)) for title, body in report.sections]
 
 
 def _outcome(report: pytest.TestReport) -> str:
@@ -213,6 +224,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         (report_dir(config) / "gate.txt").write_text(gate_result.text())
         if not gate_result.ok and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    junit = Path(config.option.xmlpath or "")
+    if junit.is_file():  # belt and braces: written by pytest's junitxml plugin
+        junit.write_text(scrub_text(junit.read_text(), dict(os.environ)))
     text = summary.render(report, gate_result)
     (report_dir(config) / "summary.md").write_text(scrub_text(text, dict(os.environ)))
     reporter = config.pluginmanager.get_plugin("terminalreporter")

@@ -27,7 +27,9 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 
 def scrub_text(text: str, env: dict[str, str]) -> str:
     """Remove the values of secret-like variables wherever they appear in ``text``."""
+    from xml.sax.saxutils import escape
+
     for name, value in env.items():
         if is_secret_name(name) and value and len(value) >= 4:
-            text = text.replace(value, REDACTED)
+            text = text.replace(value, REDACTED).replace(escape(value), REDACTED)
     return text

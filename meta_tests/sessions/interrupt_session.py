@@ -1,0 +1,15 @@
+"""Run by meta_tests/test_sessions.py, which interrupts it while the second test hangs."""
+from pathlib import Path
+
+from fixtures import launcher
+
+HANG = Path(__file__).resolve().parent.parent / "rank_programs" / "hang.py"
+
+
+def test_finishes_first():
+    assert True
+
+
+def test_hangs_in_a_launch(tmp_path):
+    argv = launcher.torchrun_argv(2, [str(HANG)], tmp_path / "logs")
+    launcher.launch([argv], tmp_path, {}, 600, nproc_per_node=2)

@@ -1,0 +1,163 @@
+"""Whole pytest sessions under stress: interrupted, concurrent, leaking, holding secrets.
+
+Each test runs real pytest processes on the files in ``sessions/`` with their own cache and
+report folders, and checks what a user would: exit codes, the report, the process table,
+the files written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fixtures import launcher, runs
+from fixtures.hygiene import orphans
+
+pytestmark = [pytest.mark.meta, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+SESSIONS = Path(__file__).resolve().parent / "sessions"
+FAKE_HF_TOKEN = "hf_plantedFAKEtoken0123456789"
+FAKE_AWS_SECRET = "plantedFAKEawsSecretKey/0123456789"
+
+
+def _session_env(session: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in (runs.SESSION_ENV, "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")}
+    env[runs.SESSION_ENV] = session
+    env.update(extra)
+    return env
+
+
+def _pytest_argv(file: str, report: Path, cache: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", str(SESSIONS / file), "-q", "-p", "no:randomly",
+            "--report-dir", str(report), "--conformance-cache", str(cache), *extra]
+
+
+def _wait_for_launch(session: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if orphans(session):
+            return
+        time.sleep(0.5)
+    raise AssertionError("the inner session never started its launch")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_interrupted_session_leaves_partial_report_and_no_process(tmp_path, sig):
+    session = f"meta-int-{uuid.uuid4().hex[:8]}"
+    report = tmp_path / "report"
+    proc = subprocess.Popen(_pytest_argv("interrupt_session.py", report, tmp_path / "cache"),
+                            cwd=REPO, env=_session_env(session), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        _wait_for_launch(session)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert orphans(session) == [], "processes of the interrupted session survived"
+    data = json.loads((report / "report.json").read_text())
+    assert data["complete"] is False
+    outcomes = {c["nodeid"].rsplit("::", 1)[1]: c["outcome"] for c in data["contracts"]}
+    assert outcomes.get("test_finishes_first") == "passed", outcomes
+    assert "INCOMPLETE" in (report / "summary.md").read_text()
+
+
+def _launch_lines(cache: Path) -> list[dict]:
+    path = cache / "runs" / "launches.jsonl"
+    return [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_xdist_workers_share_one_launch(tmp_path):
+    cache = tmp_path / "cache"
+    proc = subprocess.run(_pytest_argv("shared_run_session.py", tmp_path / "report", cache,
+                                       "-m", "cpu", "-n", "2"),
+                          cwd=REPO, env=_session_env(f"meta-xdist-{uuid.uuid4().hex[:8]}"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "2 passed" in proc.stdout
+    assert len(_launch_lines(cache)) == 1, _launch_lines(cache)
+
+
+def test_concurrent_sessions_share_one_launch(tmp_path):
+    cache = tmp_path / "cache"
+    procs = [
+        subprocess.Popen(_pytest_argv("shared_run_session.py", tmp_path / f"report{i}", cache, "-m", "cpu"),
+                         cwd=REPO, env=_session_env(f"meta-conc{i}-{uuid.uuid4().hex[:8]}"),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    assert len(_launch_lines(cache)) == 1, _launch_lines(cache)
+    # Both sessions read the same, complete result.
+    keys = {json.loads(r.read_text())["runs"][0]["key"] for r in tmp_path.glob("report*/report.json")}
+    assert len(keys) == 1
+
+
+def test_session_with_orphan_fails_and_kills_it(tmp_path):
+    session = f"meta-orphan-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.run(_pytest_argv("orphan_session.py", tmp_path / "report", tmp_path / "cache", "-s"),
+                          cwd=REPO, env=_session_env(session), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout[-3000:]
+    assert "still running at its end and were killed" in proc.stdout
+    pid = int(proc.stdout.split("ORPHAN_PID=", 1)[1].split()[0])
+    time.sleep(0.5)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert orphans(session) == []
+
+
+def _untracked(repo: Path) -> set[str]:
+    out = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+                         cwd=repo, capture_output=True, text=True).stdout
+    return {line[3:] for line in out.splitlines() if "__pycache__" not in line}
+
+
+def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
+    """A failing contract on a real run, with a fake HF token and AWS secret in the
+    environment (and even in the failure message): no file the session writes contains
+    either value; the repro bundle keeps the names, redacted. The session writes nothing
+    outside its report and cache folders."""
+    report, cache = tmp_path / "report", tmp_path / "cache"
+    before = _untracked(REPO)
+    proc = subprocess.run(
+        _pytest_argv("failing_session.py", report, cache, "-m", "cpu"), cwd=REPO,
+        env=_session_env(f"meta-secret-{uuid.uuid4().hex[:8]}", HF_TOKEN=FAKE_HF_TOKEN,
+                         AWS_SECRET_ACCESS_KEY=FAKE_AWS_SECRET),
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout[-3000:]
+    written = [p for p in report.rglob("*") if p.is_file()]
+    assert written, "the session wrote no report"
+    for path in written:
+        data = path.read_bytes()
+        assert FAKE_HF_TOKEN.encode() not in data, f"HF token leaked into {path}"
+        assert FAKE_AWS_SECRET.encode() not in data, f"AWS secret leaked into {path}"
+    bundles = list((report / "repro").iterdir())
+    assert len(bundles) == 1
+    bundle = bundles[0]
+    env = json.loads((bundle / "env.json").read_text())
+    assert env["HF_TOKEN"] == env["AWS_SECRET_ACCESS_KEY"] == "<redacted>"
+    for name in ("rerun.sh", "failure.txt", "inventory.json"):
+        assert (bundle / name).exists(), name
+    run_dirs = list((bundle / "runs").iterdir())
+    assert len(run_dirs) == 1
+    run_files = {p.name for p in run_dirs[0].iterdir()}
+    assert {"command.sh", "resolved_config.json", "rank0.stderr.tail.log", "rank1.stderr.tail.log"} <= run_files, run_files
+    assert "torchrun" in (run_dirs[0] / "command.sh").read_text()
+    assert str(bundle) in proc.stdout, "the failure message names the bundle"
+    inside = str(tmp_path.resolve().relative_to(REPO)) if tmp_path.resolve().is_relative_to(REPO) else None
+    new = {p for p in _untracked(REPO) - before if not (inside and p.startswith(inside))}
+    assert new == set(), "the session wrote outside its report and cache folders"
