@@ -1,0 +1,123 @@
+"""The version-pinning gate and the pins it emits, on reports derived from the committed
+cpu baseline (a real report of a known-good session)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures import stack
+from reports import gate, inventory, pins
+
+pytestmark = pytest.mark.meta
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE = REPO / "reports" / "baselines" / f"{stack.stack_id('cpu')}.json"
+
+
+@pytest.fixture
+def baseline() -> dict:
+    return json.loads(BASELINE.read_text())
+
+
+def _first(report: dict, outcome: str) -> dict:
+    return next(c for c in report["contracts"] if c["outcome"] == outcome)
+
+
+def test_committed_baseline_is_this_stack(baseline):
+    """The committed baseline was made on the stack installed here: no version drift."""
+    run = copy.deepcopy(baseline)
+    run["inventory"] = inventory.inventory()
+    result = gate.compare(baseline, run)
+    assert result.drift == [], result.text()
+    assert result.ok, result.text()
+    assert baseline["complete"] and baseline["contracts"]
+
+
+def test_gate_fails_on_version_drift(baseline):
+    run = copy.deepcopy(baseline)
+    run["inventory"]["packages"]["transformers"] = "5.24.0"
+    result = gate.compare(baseline, run)
+    assert not result.ok
+    assert ("transformers", baseline["inventory"]["packages"]["transformers"], "5.24.0") in result.drift
+    assert "version drift: transformers" in result.text()
+
+
+def test_gate_fails_on_newly_failing_contract(baseline):
+    run = copy.deepcopy(baseline)
+    victim = _first(run, "passed")
+    victim["outcome"] = "failed"
+    result = gate.compare(baseline, run)
+    assert not result.ok and result.newly_failing == [victim["nodeid"]]
+    assert f"newly failing: {victim['nodeid']}" in result.text()
+
+
+def test_gate_fails_on_skip_where_baseline_ran(baseline):
+    run = copy.deepcopy(baseline)
+    victim = _first(run, "passed")
+    victim["outcome"] = "skipped"
+    result = gate.compare(baseline, run)
+    assert not result.ok and result.newly_skipped == [victim["nodeid"]]
+
+
+def test_gate_fails_on_missing_contract_and_incomplete_report(baseline):
+    run = copy.deepcopy(baseline)
+    gone = run["contracts"].pop()
+    result = gate.compare(baseline, run)
+    assert not result.ok and result.missing == [gone["nodeid"]]
+    run = copy.deepcopy(baseline)
+    run["complete"] = False
+    assert not gate.compare(baseline, run).ok
+
+
+def test_strict_xfail_turning_into_failure_is_newly_failing(baseline):
+    xfails = [c for c in baseline["contracts"] if c["outcome"] == "xfailed"]
+    if not xfails:
+        pytest.fail("the baseline records no known deviation; it should (see expectations)")
+    run = copy.deepcopy(baseline)
+    next(c for c in run["contracts"] if c["nodeid"] == xfails[0]["nodeid"])["outcome"] = "failed"
+    assert gate.compare(baseline, run).newly_failing == [xfails[0]["nodeid"]]
+
+
+def test_gate_cli_exit_codes(baseline, tmp_path):
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(baseline))
+    proc = subprocess.run([sys.executable, "-m", "reports.gate", str(BASELINE), str(same)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0 and "gate: PASS" in proc.stdout
+    drifted = copy.deepcopy(baseline)
+    drifted["inventory"]["packages"]["torch"] = "2.15.0"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(drifted))
+    proc = subprocess.run([sys.executable, "-m", "reports.gate", str(BASELINE), str(bad)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1 and "version drift: torch" in proc.stdout
+
+
+def test_pins_from_a_passing_run(baseline, tmp_path):
+    constraints = pins.constraints(baseline)
+    for name, version in baseline["inventory"]["packages"].items():
+        if version:
+            assert f"{name}=={version}" in constraints
+    assert "--no-deps" in constraints
+    table = pins.version_table(baseline)
+    assert table.startswith("| package | version |") and "| torchtitan |" in table
+
+
+def test_pins_refuse_an_untrusted_run(baseline):
+    run = copy.deepcopy(baseline)
+    _first(run, "passed")["outcome"] = "failed"
+    with pytest.raises(pins.NotTrusted, match="did not pass"):
+        pins.trusted(run)
+
+
+def test_trn2_pins_are_data_marked_unverified():
+    data = json.loads((REPO / "reports" / "baselines" / "trn2-neuron-2.33.0.pins.json").read_text())
+    assert data["verified_on_hardware"] is False
+    assert data["packages"]["torch-neuronx"] == "2.14.3.0"
+    assert data["packages"]["torch"] == "2.14.0"
