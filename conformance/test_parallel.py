@@ -1,0 +1,64 @@
+"""Tensor-parallel contracts: the mesh a TP run builds, and the RoPE kernel wrapper under TP.
+
+Facts: CONTRACTS.md "Topology" (TP degree 1 unless set; sequence parallel is on by default
+once TP > 1) and "The NKI RoPE kernel" (not covered by the simple wrapper: tensor parallel,
+DTensor inputs). The contract for the wrapper: under TP it either computes the right thing
+(parity with the TP run without it) or refuses with an error naming TP/DTensor; never a
+wrong answer.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.run_definitions import tensor_parallel
+
+pytestmark = pytest.mark.parallel
+
+
+@pytest.mark.slow
+def test_tp_run_builds_fsdp_by_tp_mesh(platform, titan_runs):
+    """A TP-2 run over N ranks resolves to FSDP N/2 x TP 2 with sequence parallel on, and
+    its parameters are sharded over both mesh dimensions."""
+    run = require_ok(titan_runs.get(tensor_parallel(platform)))
+    probe = run.probe_json("parallel.rank0.json")
+    world = probe["world_size"]
+    dims = probe["parallel_dims"]
+    expect_equal((dims["tp"], dims["dp_shard"]), (2, world // 2), "TP 2 x FSDP N/2", run)
+    expect_equal(probe["meshes"].get("tp"), 2, "the run built a tp mesh dimension of 2", run,
+                 detail=f"meshes: {probe['meshes']}")
+    expect_equal(probe["sequence_parallel"], True, "sequence parallel is on by default once TP > 1", run)
+    wqkv = next(p for n, p in probe["parameters"].items() if n.endswith("layers.0._checkpoint_wrapped_module.attention.qkv_linear.wqkv.weight") or n.endswith("layers.0.attention.qkv_linear.wqkv.weight"))
+    expect_equal(len(wqkv["placements"]), 2, "attention weights are placed over dp_shard and tp", run,
+                 detail=str(wqkv))
+
+
+@pytest.mark.slow
+def test_rope_kernel_wrapper_under_tp_is_right_or_refuses(platform, titan_runs):
+    """With the default SPMD backend the wrapper sees each rank's local heads as plain
+    tensors; RoPE is per head, so the run must train bit-identically to TP without the
+    wrapper (or, had it got DTensors, fail naming tensor parallel)."""
+    plain = require_ok(titan_runs.get(tensor_parallel(platform)))
+    kernel = titan_runs.get(tensor_parallel(platform, kernel_rope=True))
+    if not kernel.ok:
+        log = kernel.rank_log_text(0, "stderr")
+        expect("tensor parallel" in log and "DTensor" in log,
+               "a TP run the wrapper cannot take fails naming tensor parallel / DTensor",
+               "TensorParallelUnsupported", log[-500:], kernel)
+        return
+    expect_equal(kernel.losses(), plain.losses(),
+                 "TP with the kernel RoPE trains exactly as TP without it", kernel,
+                 detail=f"TP run without the override: {plain.run_dir}")
+
+
+@pytest.mark.slow
+def test_rope_kernel_wrapper_refuses_dtensor(platform, titan_runs):
+    """Under a DTensor SPMD backend (``partial_dtensor``), q/k reach the wrapper as DTensors:
+    the run fails with the wrapper's error naming tensor parallel and DTensor, not a number."""
+    run = titan_runs.get(tensor_parallel(platform, kernel_rope=True, spmd_backend="partial_dtensor"))
+    expect(not run.ok, "the run refuses DTensor q/k", "a failed run", "a run that trained", run)
+    log = "\n".join(run.rank_log_text(r, "stderr") for r in range(4))
+    expect("TensorParallelUnsupported" in log and "tensor parallel" in log and "DTensor" in log,
+           "the failure names tensor parallel and DTensor", "TensorParallelUnsupported: ... DTensor ...",
+           log[-800:], run)
