@@ -21,6 +21,7 @@ def test_unlisted():
 
 
 def _write_expectations(pytester, lines):
+    pytester.makeini("[pytest]\n")  # the throw-away session's own rootdir, not this repo's
     directory = pytester.mkdir("exp")
     (directory / f"{stack.stack_id('cpu')}.txt").write_text("\n".join(lines) + "\n")
     return directory

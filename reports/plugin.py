@@ -78,6 +78,9 @@ def _record_run(config: pytest.Config, result: runs.RunResult) -> None:
         record = {
             "key": result.key,
             "spec": result.spec,
+            "description": runs.RunSpec(**{**result.spec, "overrides": tuple(result.spec["overrides"]),
+                                           "args": tuple(result.spec["args"]),
+                                           "env": tuple(tuple(e) for e in result.spec["env"])}).describe(),
             "run_dir": result.run_dir,
             "command": result.command,
             "ok": result.ok,

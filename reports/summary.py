@@ -96,7 +96,7 @@ def render(report: dict, gate_result=None) -> str:
         for r in report["runs"]:
             steps = r["steps"]
             rows.append([
-                f"`{r['spec']['config']}`" + (" + overrides" if r["spec"].get("overrides") else ""),
+                f"`{r.get('description', r['spec']['config'])}`",
                 len(steps),
                 f"{steps[0]['loss']:.5f}" if steps else "-",
                 f"{steps[-1]['loss']:.5f}" if steps else "-",

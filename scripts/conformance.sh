@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
-exec .venv/bin/python -m pytest conformance -m cpu --report-dir reports/out/cpu "$@"
+exec .venv/bin/python -m pytest conformance -m cpu --report-dir reports/out/cpu \
+  --gate-baseline reports/baselines/cpu-torch2.14-titan0.3.json "$@"
