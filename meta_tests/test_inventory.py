@@ -20,7 +20,7 @@ def _fake_dist(root, dist: str, version: str, module: str | None, body: str = ""
                requires: tuple[str, ...] = ()):
     info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir()
-    meta = [f"Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     (info / "METADATA").write_text("\n".join(meta) + "\n")
     if module:

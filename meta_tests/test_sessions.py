@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import launcher, runs
+from fixtures import runs
 from fixtures.hygiene import orphans
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from reports.pins import NotTrusted, trusted
+from reports.pins import NotTrusted, read_report, trusted
 
 BASELINES = Path(__file__).resolve().parent / "baselines"
 
@@ -23,8 +23,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path)
     args = parser.parse_args(argv)
-    path = args.run / "report.json" if args.run.is_dir() else args.run
-    report = json.loads(path.read_text())
+    report = read_report(args.run)
     try:
         trusted(report)
     except NotTrusted as exc:

@@ -12,7 +12,6 @@ passing contracts are reported and do not fail the gate. A baseline is a committ
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("baseline", type=Path)
     parser.add_argument("run", type=Path, help="a report.json, or the report folder holding it")
     args = parser.parse_args(argv)
-    run_path = args.run / "report.json" if args.run.is_dir() else args.run
-    result = compare(json.loads(args.baseline.read_text()), json.loads(run_path.read_text()))
+    from reports.pins import read_report
+
+    result = compare(read_report(args.baseline), read_report(args.run))
     print(result.text())
     return 0 if result.ok else 1
 

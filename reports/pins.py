@@ -21,6 +21,12 @@ class NotTrusted(RuntimeError):
     pass
 
 
+def read_report(path: Path) -> dict:
+    """A session's report.json, given the file or the report folder holding it."""
+    path = Path(path)
+    return json.loads((path / "report.json" if path.is_dir() else path).read_text())
+
+
 def trusted(report: dict) -> None:
     bad = [c["nodeid"] for c in report["contracts"] if c["outcome"] in ("failed", "error", "xpassed")]
     if not report.get("complete"):
@@ -61,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--constraints", type=Path)
     parser.add_argument("--table", type=Path)
     args = parser.parse_args(argv)
-    path = args.run / "report.json" if args.run.is_dir() else args.run
-    report = json.loads(path.read_text())
+    report = read_report(args.run)
     try:
         trusted(report)
     except NotTrusted as exc:

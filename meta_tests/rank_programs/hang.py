@@ -1,5 +1,4 @@
 """A rank program for launcher tests: rank 1 sleeps forever, rank 0 waits for it in a barrier."""
-import os
 import time
 
 import torch.distributed as dist
