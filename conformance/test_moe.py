@@ -18,6 +18,9 @@ from fixtures.run_definitions import MOE_NATIVE
 
 pytestmark = pytest.mark.moe
 
+# The write-up's MoE shape (CONTRACTS.md, path 3), independent of the model the suite builds.
+WRITEUP_LAYERS, WRITEUP_EXPERTS, WRITEUP_TOP_K = 4, 64, 4
+
 # fp32 tolerance of the logit parity: both sides compute in float32, but the grouped matmul
 # and transformers' per-expert loop sum in different orders, and the router's top-k and
 # softmax see those differences (measured: 4.4e-6 with experts computed in fp32).
@@ -35,14 +38,14 @@ def test_moe_run_shape_and_parallelism(platform, titan_runs):
                  "FSDP over all ranks, EP 1, TP 1", run)
     classes = probe["module_classes"]
     routers = sorted(n for n, c in classes.items() if c == "TokenChoiceTopKRouter")
-    expect_equal(len(routers), TINY_MOE.n_layers, "one router per MoE layer", run)
+    expect_equal(len(routers), WRITEUP_LAYERS, "4 MoE layers, one router each", run)
     attention = {c for n, c in classes.items() if n.endswith("inner_attention")}
     expected_attention = {"ScaledDotProductAttention"} if platform.name == "cpu" else attention
     expect_equal(attention, expected_attention, "every layer uses SDPA attention", run)
     experts = [p for n, p in probe["parameters"].items() if n.endswith("experts.w1_EFD")]
-    expect(all(p["global_shape"][0] == TINY_MOE.num_experts and p["placements"] == ["S(0)"]
-               for p in experts) and len(experts) == TINY_MOE.n_layers,
-           "each layer has 64 experts, sharded over the ranks", TINY_MOE.num_experts,
+    expect(all(p["global_shape"][0] == WRITEUP_EXPERTS and p["placements"] == ["S(0)"]
+               for p in experts) and len(experts) == WRITEUP_LAYERS,
+           "each layer has 64 experts, sharded over the ranks", WRITEUP_EXPERTS,
            [p["global_shape"] for p in experts], run)
 
 
@@ -53,15 +56,15 @@ def test_every_token_routed_to_four_distinct_experts(platform, titan_runs):
     run = require_ok(titan_runs.get(MOE_NATIVE))
     for rank in range(platform.nproc_per_node):
         stats = run.probe_json(f"router.rank{rank}.json")
-        expect_equal(len(stats), TINY_MOE.n_layers, f"rank {rank}: every router was observed", run)
+        expect_equal(len(stats), WRITEUP_LAYERS, f"rank {rank}: every router was observed", run)
         for name, s in sorted(stats.items()):
             where = f"rank {rank} {name}"
             expect(s["calls"] > 0, f"{where} routed tokens", "> 0 calls", s["calls"], run)
-            expect_equal(s["k"], [TINY_MOE.top_k], f"{where}: top-k ids per token", run)
-            expect_equal((s["min_distinct"], s["max_distinct"]), (TINY_MOE.top_k, TINY_MOE.top_k),
-                         f"{where}: every token gets {TINY_MOE.top_k} distinct experts", run)
+            expect_equal(s["k"], [WRITEUP_TOP_K], f"{where}: top-4 ids per token", run)
+            expect_equal((s["min_distinct"], s["max_distinct"]), (WRITEUP_TOP_K, WRITEUP_TOP_K),
+                         f"{where}: every token gets 4 distinct experts", run)
             expect_equal(s["out_of_range"], 0, f"{where}: expert ids within range", run)
-            expect_equal(s["num_experts"], TINY_MOE.num_experts, f"{where}: 64 experts", run)
+            expect_equal(s["num_experts"], WRITEUP_EXPERTS, f"{where}: 64 experts", run)
 
 
 # ----------------------------------------------------------------------------- weights
@@ -121,7 +124,7 @@ def test_moe_keys_round_trip(platform, moe_pair):
     unexpected = moe_pair["load_result"].unexpected_keys
     expect_equal(unexpected, [], "no unexpected key after from_hf")
     expect(all(k.endswith("moe.expert_bias_E") or k.endswith("moe.expert_bias") for k in missing)
-           and len(missing) == TINY_MOE.n_layers,
+           and len(missing) == WRITEUP_LAYERS,
            "only the expert_bias buffers (one per layer) are not in the checkpoint",
            "layers.N.moe.expert_bias*", missing)
     exported = moe_pair["adapter"].to_hf(dict(moe_pair["titan"].state_dict()))

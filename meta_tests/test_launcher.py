@@ -6,6 +6,7 @@ process supervision under test is torchrun's elastic agent plus the OS session.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -33,11 +34,12 @@ def test_clean_run_keeps_every_rank_log(tmp_path):
     assert outcome.leftover_pids == []
 
 
-def test_hung_rank_fails_within_timeout_and_leaves_nothing(tmp_path):
+def test_hung_rank_fails_within_timeout_and_leaves_nothing(tmp_path, record_property):
     timeout = 15.0
     start = time.monotonic()
     outcome = _launch(tmp_path, "hang.py", timeout=timeout)
     elapsed = time.monotonic() - start
+    record_property("hang_to_clean_exit_s", round(elapsed - timeout, 2))
     assert outcome.timed_out and not outcome.ok
     # The whole tree is gone: SIGABRT + SIGTERM grace periods bound the clean-up.
     assert outcome.leftover_pids == []
@@ -45,7 +47,9 @@ def test_hung_rank_fails_within_timeout_and_leaves_nothing(tmp_path):
     assert outcome.ranks_alive_at_timeout == [0, 1]
     # The hung rank is named by where it hangs: faulthandler's dump in its own log.
     rank1 = Path(outcome.rank_logs[1]["stderr"]).read_text()
-    assert "hang.py" in rank1 and "line 11" in rank1, rank1[-2000:]
+    hang_line = next(i for i, line in enumerate((PROGRAMS / "hang.py").read_text().splitlines(), 1)
+                     if "time.sleep(3600)" in line)
+    assert f'hang.py", line {hang_line}' in rank1, rank1[-2000:]
     message = launcher.describe_failure(outcome)
     assert "timed out; ranks still running at the timeout: [0, 1]" in message
     assert "--- rank 1 stderr" in message and "hang.py" in message
@@ -70,3 +74,53 @@ def test_killed_rank_is_named_with_its_signal(tmp_path):
     assert outcome.root_cause["signal"] == "SIGKILL"
     assert outcome.leftover_pids == []
     assert "first failure: rank 1 (signal SIGKILL)" in launcher.describe_failure(outcome)
+
+
+def test_multi_node_lines_share_one_rendezvous(tmp_path):
+    layout = [launcher.NodeLayout(nnodes=2, node_rank=r, rdzv_endpoint="head:29500", rdzv_id="job1")
+              for r in (0, 1)]
+    lines = [launcher.torchrun_argv(32, ["-m", "torchtitan.train"], tmp_path / f"n{r}", l)
+             for r, l in enumerate(layout)]
+    for r, argv in enumerate(lines):
+        assert "--nnodes=2" in argv and f"--node_rank={r}" in argv
+        assert argv[argv.index("--rdzv_endpoint") + 1] == "head:29500"
+        assert argv[argv.index("--rdzv_id") + 1] == "job1"
+        assert "--nproc_per_node=32" in argv
+
+
+def test_slurm_script_runs_one_agent_per_node():
+    script = launcher.slurm_script(4, 64, ["-m", "torchtitan.train", "--module", "m", "--config", "c"])
+    assert "#SBATCH --nodes=4" in script and "srun --nodes=4 --ntasks-per-node=1" in script
+    assert 'export RDZV_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
+    assert '--rdzv_endpoint "$RDZV_HOST:29500" --rdzv_id "$SLURM_JOB_ID"' in script
+    assert "--nnodes=4 --nproc_per_node=64 --rdzv_backend c10d" in script
+    assert "-m torchtitan.train --module m --config c" in script
+
+
+def test_slurm_script_under_standin_srun(tmp_path):
+    """The Slurm script, run with stand-ins for ``scontrol`` (the node list is this host) and
+    ``srun`` (one copy of the command per node, here, at once): two torchrun agents meet
+    at the rendezvous and both ranks run."""
+    import os
+    import stat
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho localhost\n")
+    (bin_dir / "srun").write_text(
+        "#!/usr/bin/env bash\n"
+        "n=1; while [[ $1 == --* ]]; do [[ $1 == --nodes=* ]] && n=${1#--nodes=}; shift; done\n"
+        "for i in $(seq 1 $n); do \"$@\" > node$i.log 2>&1 & done\nwait\n")
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    script = tmp_path / "job.sh"
+    script.write_text(launcher.slurm_script(2, 1, [str(PROGRAMS / "ok.py")], port=launcher.free_port()))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    env = dict(os.environ, PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+               SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="localhost")
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    logs = "".join((tmp_path / f"node{i}.log").read_text() for i in (1, 2))
+    assert proc.returncode == 0, proc.stderr + logs
+    assert "rank 0 of 2" in logs and "rank 1 of 2" in logs, logs
