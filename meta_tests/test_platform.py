@@ -89,25 +89,25 @@ def test_trn2_launch_line_has_64_ranks_and_lnc_env(tmp_path):
     assert env["PYTHONPATH"] == str(REPO)
 
 
-def _pytest(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != runs.SESSION_ENV}
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in (runs.SESSION_ENV, "CONFORMANCE_REPORT_DIR")}
+    return subprocess.run([sys.executable, "-m", "pytest", *args, "--report-dir", str(tmp_path / "report")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("markexpr", ["trn2", "trn2 and topology", "not cpu and not meta"])
-def test_trn2_tier_without_device_is_a_usage_error(markexpr):
+def test_trn2_tier_without_device_is_a_usage_error(tmp_path, markexpr):
     """`pytest -m trn2` here stops with a clear error, never a run of skips."""
     if Path("/dev/neuron0").exists():
         pytest.skip("this machine is a Neuron host")
-    proc = _pytest("-m", markexpr, "-q", "conformance/test_topology.py")
+    proc = _pytest(tmp_path, "-m", markexpr, "-q", "conformance/test_topology.py")
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
     assert "not a Neuron host" in proc.stderr + proc.stdout
     assert "/dev/neuron" in proc.stderr + proc.stdout
     assert " passed" not in proc.stdout and " skipped" not in proc.stdout
 
 
-def test_empty_selection_is_not_green():
-    proc = _pytest("-m", "cpu and meta", "-q", "conformance/test_topology.py")
+def test_empty_selection_is_not_green(tmp_path):
+    proc = _pytest(tmp_path, "-m", "cpu and meta", "-q", "conformance/test_topology.py")
     assert proc.returncode == pytest.ExitCode.NO_TESTS_COLLECTED
     assert "no test was collected" in proc.stdout
