@@ -42,7 +42,11 @@ def test_moe_run_shape_and_parallelism(platform, titan_runs):
     attention = {c for n, c in classes.items() if n.endswith("inner_attention")}
     expected_attention = {"ScaledDotProductAttention"} if platform.name == "cpu" else attention
     expect_equal(attention, expected_attention, "every layer uses SDPA attention", run)
-    experts = [p for n, p in probe["parameters"].items() if n.endswith("experts.w1_EFD")]
+    if platform.name == "trn2":  # the write-up swaps in NKI grouped experts and a gather-free RoPE
+        swapped = {n: c for n, c in classes.items() if n.endswith(("experts", "rope"))}
+        expect(all(c not in ("GroupedExperts", "CosSinRoPE") for c in swapped.values()),
+               "grouped experts and RoPE are the NKI replacements", "not upstream's classes", swapped, run)
+    experts = [p for n, p in probe["parameters"].items() if n.endswith("w1_EFD")]
     expect(all(p["global_shape"][0] == WRITEUP_EXPERTS and p["placements"] == ["S(0)"]
                for p in experts) and len(experts) == WRITEUP_LAYERS,
            "each layer has 64 experts, sharded over the ranks", WRITEUP_EXPERTS,
