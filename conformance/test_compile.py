@@ -32,7 +32,7 @@ def test_compiled_losses_match_eager(platform, titan_runs):
     log shows the model and the loss were compiled."""
     eager = require_ok(titan_runs.get(DENSE_NATIVE))
     compiled = require_ok(titan_runs.get(compiled_dense(platform)))
-    log = compiled.rank_log_text(0, "stdout") + compiled.rank_log_text(0, "stderr")
+    log = compiled.log_text(0)
     expect("Compiling each TransformerBlock with torch.compile" in log
            and "Compiling the loss function with torch.compile" in log,
            "the compiled run compiled the model blocks and the loss", "both log lines",
@@ -51,7 +51,7 @@ def test_compile_components_honoured_or_rejected(platform, titan_runs):
     in the log) or rejected (the run fails naming it). The write-up lists "grad_clip";
     upstream 0.3.0 accepts it and does nothing with it: a known deviation."""
     run = titan_runs.get(compiled_dense(platform))
-    log = run.rank_log_text(0, "stdout") + run.rank_log_text(0, "stderr")
+    log = run.log_text(0)
     requested = run.spec["args"][list(run.spec["args"]).index("--compile.components") + 1].split(",")
     for component in requested:
         if component in KNOWN_COMPONENTS:

@@ -299,7 +299,7 @@ def test_override_replaces_every_layer_once(platform, titan_runs):
     run = require_ok(titan_runs.get(DENSE_NATIVE_KERNEL_ROPE))
     n_layers = len(json.loads((run.dump_dir / "resolved_config.json").read_text())
                    ["model_spec"]["model"]["layers"])
-    log = run.rank_log_text(0, "stdout") + run.rank_log_text(0, "stderr")
+    log = run.log_text(0)
     lines = [l for l in log.splitlines() if "[Override] " + preflight.KERNEL_OVERRIDE in l]
     layers = sorted(int(l.split(".layers.", 1)[1].split(".", 1)[0]) for l in lines)
     expect_equal(layers, list(range(n_layers)), "one replacement line per Qwen3 layer", run,

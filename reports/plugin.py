@@ -131,8 +131,9 @@ def _scrub_report(report: pytest.TestReport) -> None:
     failure text and captured output before anything renders the report."""
     env = dict(os.environ)
     text = report.longreprtext
-    if text and scrub_text(text, env) != text:
-        report.longrepr = scrub_text(text, env)
+    scrubbed = scrub_text(text, env) if text else text
+    if scrubbed != text:
+        report.longrepr = scrubbed
     report.sections = [(title, scrub_text(body, env)) for title, body in report.sections]
 
 
