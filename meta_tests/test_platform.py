@@ -33,7 +33,26 @@ logical-neuroncore-config: {lnc}
 """
 
 
-def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2) -> tuple[Path, Path]:
+# The published Qwen3-4B-Instruct-2507 config.json, the keys the profile reads.
+QWEN3_4B_CONFIG = {
+    "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
+    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "max_position_embeddings": 262144, "rope_theta": 5000000, "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": True,
+}
+
+
+def _model_dir(tmp_path: Path, **changes) -> Path:
+    import json
+
+    folder = tmp_path / "Qwen3-4B-Instruct-2507"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**QWEN3_4B_CONFIG, **changes}))
+    return folder
+
+
+def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2,
+                  instance: str = "trn2.48xlarge") -> tuple[Path, Path]:
     dev = tmp_path / "dev"
     dev.mkdir()
     for i in range(devices):
@@ -41,7 +60,8 @@ def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2) -> tuple[Path
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tool = bin_dir / "neuron-ls"
-    tool.write_text("#!/bin/sh\ncat <<'EOF'\n" + NEURON_LS_48XL.format(lnc=lnc) + "EOF\n")
+    tool.write_text("#!/bin/sh\ncat <<'EOF'\n"
+                    + NEURON_LS_48XL.format(lnc=lnc).replace("trn2.48xlarge", instance) + "EOF\n")
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     return dev, bin_dir
 
@@ -56,7 +76,7 @@ def test_detection_reads_standin_trn2_host(tmp_path):
     assert found.torch_neuron != "available"
     assert any("torch.neuron" in m for m in found.missing), found.missing
     with pytest.raises(platforms.NeuronUnavailable, match="torch.neuron is not available"):
-        platforms.require_trn2(found)
+        platforms.require_trn2(found, _model_dir(tmp_path))
 
 
 def test_lnc_env_overrides_neuron_ls(tmp_path):
@@ -64,7 +84,37 @@ def test_lnc_env_overrides_neuron_ls(tmp_path):
     found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir),
                                     env={topology.LNC_ENV: "1"})
     assert found.lnc == 1
-    assert platforms.trn2_platform(found.instance, found.lnc).nproc_per_node == 128
+    assert platforms.trn2_platform(found.instance, found.lnc, _model_dir(tmp_path)).nproc_per_node == 128
+
+
+def test_unknown_instance_is_named_not_a_traceback(tmp_path):
+    """An instance type the suite has no table for is a missing piece of the usage error."""
+    dev, bin_dir = _standin_host(tmp_path, instance="trn3.48xlarge")
+    found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+                                    torch_neuron_probe=lambda: "available")
+    with pytest.raises(platforms.NeuronUnavailable, match="instance type 'trn3.48xlarge' is not one the suite knows"):
+        platforms.require_trn2(found, _model_dir(tmp_path))
+
+
+def test_lnc_env_and_compiler_flag_disagreeing_is_named(tmp_path):
+    dev, bin_dir = _standin_host(tmp_path)
+    found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
+                                    env={topology.LNC_ENV: "2", "NEURON_CC_FLAGS": "--lnc=1"})
+    with pytest.raises(platforms.NeuronUnavailable, match="must agree"):
+        platforms.require_trn2(found, _model_dir(tmp_path))
+
+
+def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
+    """A Neuron host without a model folder is not a trn2 session (never a run of skips)."""
+    dev, bin_dir = _standin_host(tmp_path)
+    found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+                                    torch_neuron_probe=lambda: "available")
+    with pytest.raises(platforms.NeuronUnavailable, match="--trn2-model-dir or QWEN3_4B_DIR"):
+        platforms.require_trn2(found, None)
+    with pytest.raises(platforms.NeuronUnavailable, match="has no config.json"):
+        platforms.require_trn2(found, tmp_path / "empty")
+    profile = platforms.require_trn2(found, _model_dir(tmp_path))
+    assert (profile.vocab_size, profile.nproc_per_node) == (151936, 64)
 
 
 def test_no_device_names_every_missing_piece(tmp_path):
@@ -75,18 +125,46 @@ def test_no_device_names_every_missing_piece(tmp_path):
     assert "torch.neuron is not available" in message
 
 
+def _plan(tmp_path: Path, platform, spec):
+    return runs.launch_plan(spec, platform, tmp_path / "run", hf_assets=platform.model_dir or tmp_path,
+                            dataset=tmp_path / "c4_test", rdzv_port=29500)
+
+
 def test_trn2_launch_line_has_64_ranks_and_lnc_env(tmp_path):
-    platform = platforms.trn2_platform("trn2.48xlarge", 2)
-    cache = runs.RunCache(tmp_path / "runs", platform,
-                          ["--hf_assets_path", "/models/Qwen3-4B-Instruct-2507"], asset_key="k")
-    spec = runs.RunSpec(config="dense_native", steps=10)
-    argv = cache.argv(spec, tmp_path / "run")
+    platform = platforms.trn2_platform("trn2.48xlarge", 2, _model_dir(tmp_path))
+    plan = _plan(tmp_path, platform, runs.RunSpec(config="dense_native", steps=10))
+    (argv,) = plan.node_argvs
     assert "--nproc_per_node=64" in argv
     assert argv[argv.index("--module") + 1] == platforms.TRN2_MODULE
     assert argv[argv.index("--config") + 1] == "dense_native"
-    env = cache.env(spec, tmp_path / "run")
-    assert env[topology.LNC_ENV] == "2"
-    assert env["PYTHONPATH"] == str(REPO)
+    assert argv[argv.index("--hf_assets_path") + 1] == str(platform.model_dir)
+    assert argv.count("--hf_assets_path") == 1
+    assert argv[argv.index("--training.seq_len") + 1] == "4096"
+    assert plan.env[topology.LNC_ENV] == "2"
+    assert plan.env[platforms.MODEL_DIR_ENV] == str(platform.model_dir)
+    assert plan.env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
+
+
+def test_two_agents_on_one_host_split_the_cores(tmp_path):
+    """Two torchrun agents count LOCAL_RANK from 0 each: the second agent's ranks are
+    offset by the first's, so NEURON_RT_VISIBLE_CORES never names a core twice."""
+    platform = platforms.trn2_platform("trn2.48xlarge", 2, _model_dir(tmp_path))
+    plan = _plan(tmp_path, platform, runs.RunSpec(config="dense_native", steps=10, nnodes=2))
+    assert len(plan.node_argvs) == 2 and plan.nproc_per_node == 32
+    assert [e[platforms.CORE_OFFSET_ENV] for e in plan.node_envs] == ["0", "32"]
+    cpu_plan = _plan(tmp_path, platforms.cpu_platform(), runs.RunSpec(config="dense_native", nnodes=2))
+    assert cpu_plan.node_envs == [{}, {}]
+
+
+def test_timeouts_come_from_the_profile(tmp_path):
+    """A trn2 run's limit includes start-up (weights) and first-step compilation; a spec's
+    own timeout wins."""
+    trn2 = platforms.trn2_platform("trn2.48xlarge", 2, _model_dir(tmp_path))
+    cpu = platforms.cpu_platform()
+    spec = runs.RunSpec(config="dense_native", steps=10)
+    assert _plan(tmp_path, trn2, spec).timeout_s == trn2.timeouts.startup_s + trn2.timeouts.compile_s + 10 * trn2.timeouts.step_s
+    assert _plan(tmp_path, cpu, spec).timeout_s < _plan(tmp_path, trn2, spec).timeout_s
+    assert _plan(tmp_path, cpu, runs.RunSpec(config="dense_native", timeout_s=7.0)).timeout_s == 7.0
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -102,8 +180,9 @@ def test_trn2_tier_without_device_is_a_usage_error(tmp_path, markexpr):
         pytest.skip("this machine is a Neuron host")
     proc = _pytest(tmp_path, "-m", markexpr, "-q", "conformance/test_topology.py")
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
-    assert "not a Neuron host" in proc.stderr + proc.stdout
+    assert "not ready" in proc.stderr + proc.stdout
     assert "/dev/neuron" in proc.stderr + proc.stdout
+    assert "--trn2-model-dir" in proc.stderr + proc.stdout
     assert " passed" not in proc.stdout and " skipped" not in proc.stdout
 
 

@@ -28,6 +28,7 @@ NEURON_DISTRIBUTIONS = {
     "torchtitan-neuron": "torchtitan_neuron",
     "nki": "nki",
     "nkilib": "nkilib",
+    "nki-library": "nkilib_src",  # the optional standalone NKI Library (PyPI 0.0.2 is empty)
     "neuronx-cc": "neuronxcc",
 }
 DEB_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-dkms", "aws-neuronx-tools")
@@ -130,6 +131,32 @@ def torch_mismatch(pinned: str | None) -> str | None:
     return None
 
 
+def torchtitan_origin() -> dict:
+    """Where the installed torchtitan came from, by what is installed: a package index
+    release, or a repository checkout (the Neuron fork is ``git clone ... && pip install
+    -e .``, so it reports itself as ``torchtitan`` with upstream's version): its URL,
+    commit, version label, and whether ``torchtitan_neuron`` is importable beside it."""
+    import importlib.util
+    import json as _json
+
+    try:
+        dist = metadata.distribution("torchtitan")
+    except metadata.PackageNotFoundError:
+        return {"source": "not installed"}
+    direct = dist.read_text("direct_url.json")
+    info = _json.loads(direct) if direct else {}
+    version = dist.version
+    return {
+        "source": "repository" if info.get("vcs_info") or info.get("dir_info", {}).get("editable")
+        or "+" in version else "index",
+        "version": version,
+        "local_label": version.split("+", 1)[1] if "+" in version else None,
+        "url": info.get("url"),
+        "commit": (info.get("vcs_info") or {}).get("commit_id") or editable_commit("torchtitan"),
+        "torchtitan_neuron_importable": importlib.util.find_spec("torchtitan_neuron") is not None,
+    }
+
+
 def inventory() -> dict:
     found = stack.versions()
     return {
@@ -138,6 +165,7 @@ def inventory() -> dict:
         "packages": {k: v for k, v in found.items() if k != "python"},
         "torch_build": torch_build(),
         "torchtitan_neuron_commit": editable_commit("torchtitan-neuron"),
+        "torchtitan_origin": torchtitan_origin(),
         "system_packages": deb_versions(),
         "neuron_driver": neuron_driver_version(),
     }

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import runs, stack
+from fixtures import plugin, runs
+from fixtures.expectations import tier_stack_id
 from reports import bundle, inventory, summary
 from reports.redact import scrub_text
 
@@ -26,7 +27,6 @@ REPORT_DIR_ENV = "CONFORMANCE_REPORT_DIR"
 AREAS = ("topology", "rope", "checkpoint", "loss", "paths", "overrides", "moe", "compile",
          "parallel", "versions", "launch")
 
-_current_item: pytest.Item | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -67,7 +67,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config._conformance_started = time.time()
         _write_report(config, complete=False, exitstatus=None)
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    runs.RUN_LISTENERS.append(lambda result: _record_run(config, result))
+
+
+def pytest_conformance_run(item: pytest.Item, result: runs.RunResult) -> None:
+    """A test used a run: keep the run's record in the report folder and name it on the test."""
+    _record_run(item.config, result)
+    entry = json.dumps({"key": result.key, "run_dir": result.run_dir})
+    if ("run", entry) not in item.user_properties:
+        item.user_properties.append(("run", entry))
 
 
 def _record_run(config: pytest.Config, result: runs.RunResult) -> None:
@@ -77,16 +84,14 @@ def _record_run(config: pytest.Config, result: runs.RunResult) -> None:
     if not record_path.exists():
         record = {
             "key": result.key,
-            "spec": result.spec,
-            "description": runs.RunSpec(**{**result.spec, "overrides": tuple(result.spec["overrides"]),
-                                           "args": tuple(result.spec["args"]),
-                                           "env": tuple(tuple(e) for e in result.spec["env"])}).describe(),
+            "spec": result.spec.to_json(),
+            "description": result.spec.describe(),
             "run_dir": result.run_dir,
             "command": result.command,
             "ok": result.ok,
-            "returncode": result.launch["returncode"],
-            "timed_out": result.launch["timed_out"],
-            "wall_s": result.launch["wall_s"],
+            "returncode": result.launch.returncode,
+            "timed_out": result.launch.timed_out,
+            "wall_s": result.launch.wall_s,
             "launched_in_session": result.session,
             "steps": result.steps,
         }
@@ -94,16 +99,10 @@ def _record_run(config: pytest.Config, result: runs.RunResult) -> None:
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, record_path)
         summary.plot_losses(record, directory / f"{result.key}.png")
-    if _current_item is not None:
-        entry = json.dumps({"key": result.key, "run_dir": result.run_dir})
-        if ("run", entry) not in _current_item.user_properties:
-            _current_item.user_properties.append(("run", entry))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    global _current_item
-    _current_item = item
     callspec = getattr(item, "callspec", None)
     tier = callspec.params.get("platform") if callspec is not None else None
     area = next((a for a in AREAS if item.get_closest_marker(a)), None)
@@ -121,9 +120,6 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         item.user_properties.append(("repro_bundle", str(path)))
         report.user_properties = list(item.user_properties)
         report.sections.append(("repro bundle", f"everything needed to replay this: {path}"))
-    if call.when == "teardown":
-        global _current_item
-        _current_item = None
 
 
 def _scrub_report(report: pytest.TestReport) -> None:
@@ -187,6 +183,16 @@ class _Collector:
             rec["parameters"] = report.nodeid.split("[", 1)[1].rstrip("]")
 
 
+def _profiles(config: pytest.Config) -> dict:
+    from fixtures.platform import cpu_platform
+
+    out = {"cpu": cpu_platform().describe()}
+    trn2 = getattr(config, "_conformance_trn2", None)
+    if trn2 is not None:
+        out["trn2"] = trn2.describe()
+    return out
+
+
 def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
     directory = report_dir(config)
     run_records = []
@@ -200,7 +206,11 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
         "started_at": config._conformance_started,
         "finished_at": time.time() if complete or exitstatus is not None else None,
         "platforms": sorted({r["tier"] for r in config._conformance_records.values() if r.get("tier")}),
-        "stack_id": {t: stack.stack_id(t) for t in ("cpu", "trn2")},
+        "stack_id": {t: tier_stack_id(config, t) for t in ("cpu", "trn2")},
+        "rehearsal": plugin.is_rehearsal(config),
+        "platform_profiles": _profiles(config),
+        "not_covered": [n for n in plugin.not_covered(config)
+                        if n["tier"].split(" ", 1)[0] in {r["tier"] for r in config._conformance_records.values()}],
         "inventory": inventory.inventory(),
         "markexpr": config.option.markexpr,
         "contracts": sorted(config._conformance_records.values(), key=lambda r: r["nodeid"]),

@@ -1,0 +1,101 @@
+"""The torchtitan modules each tier launches define every config its profile declares, and
+every run the suite defines names a declared config. Torch-free: module sources are read
+with ``ast``, never imported (a trn2 module imports torch_neuronx)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures import platform as platforms
+
+pytestmark = pytest.mark.meta
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _functions_of(module: str) -> set[str]:
+    """Top-level function names of a module (``pkg.mod`` or a package's config_registry)."""
+    path = REPO / Path(*module.split("."))
+    source = path / "config_registry.py" if path.is_dir() else path.with_suffix(".py")
+    tree = ast.parse(source.read_text())
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    init = path / "__init__.py"
+    if path.is_dir() and init.exists():  # a package re-exporting its registry
+        names |= {n.name for n in ast.parse(init.read_text()).body if isinstance(n, ast.FunctionDef)}
+    return names
+
+
+def _profiles(tmp_path: Path) -> list[platforms.Platform]:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen3", "vocab_size": 151936,
+                                                   "num_hidden_layers": 36}))
+    return [platforms.cpu_platform(), platforms.trn2_platform("trn2.48xlarge", 2, model)]
+
+
+def _spec_configs() -> dict[str, set[str]]:
+    """Every ``config="..."`` given to a RunSpec in the run definitions and the contracts,
+    by path ("native" unless ``path=`` says otherwise)."""
+    found: dict[str, set[str]] = {"native": set(), "hf_backend": set()}
+    files = [REPO / "fixtures" / "run_definitions.py", *sorted((REPO / "conformance").glob("test_*.py"))]
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RunSpec":
+                kw = {k.arg: k.value for k in node.keywords}
+                config = kw.get("config")
+                if isinstance(config, ast.Constant):
+                    path = kw.get("path").value if isinstance(kw.get("path"), ast.Constant) else "native"
+                    found[path].add(config.value)
+    return found
+
+
+def missing_configs(profiles) -> list[str]:
+    problems = []
+    for profile in profiles:
+        for path in ("native", "hf_backend"):
+            module, declared = profile.module_for(path)
+            defined = _functions_of(module)
+            problems += [f"{profile.name}: {module} lacks {name}()" for name in declared if name not in defined]
+    return problems
+
+
+def test_every_declared_config_exists_in_its_tier_module(tmp_path):
+    assert missing_configs(_profiles(tmp_path)) == []
+
+
+def test_every_run_names_a_config_some_tier_declares(tmp_path):
+    """A config name used by a run is declared by the cpu tier (which runs every contract);
+    one the trn2 tier does not declare is refused by the run cache before any launch."""
+    cpu, trn2 = _profiles(tmp_path)
+    used = _spec_configs()
+    assert used["native"] and used["hf_backend"], used
+    for path, names in used.items():
+        undeclared = names - set(cpu.module_for(path)[1])
+        assert not undeclared, f"{path} configs no tier module declares: {sorted(undeclared)}"
+    assert set(trn2.native_configs) <= set(cpu.native_configs)
+
+
+def test_a_removed_config_is_caught(tmp_path, monkeypatch):
+    """The check is not vacuous: a tier module without one of its declared configs fails it."""
+    real = _functions_of
+    monkeypatch.setattr(sys.modules[__name__], "_functions_of",
+                        lambda module: real(module) - {"dense_native_many_layers"})
+    problems = missing_configs(_profiles(tmp_path))
+    assert "trn2: fixtures.titan.trn2_qwen3 lacks dense_native_many_layers()" in problems
+    assert "cpu: fixtures.titan.cpu_qwen3 lacks dense_native_many_layers()" in problems
+
+
+def test_profile_and_probe_names_need_no_torch():
+    """The tier profile and the probe file names import without torch (the harness reads a
+    run, and the meta tests check the modules, on any machine)."""
+    code = ("import sys; import fixtures.platform, fixtures.probe_files, fixtures.rehearsal; "
+            "print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
