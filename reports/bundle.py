@@ -69,9 +69,18 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport)
         shutil.rmtree(target)
     target.mkdir(parents=True)
     python = shlex.quote(str(runs.REPO_ROOT / ".venv" / "bin" / "python"))
+    trn2 = getattr(item.config, "_conformance_trn2", None)
+    tier_args = ""
+    if trn2 is not None and item.get_closest_marker("trn2"):
+        tier_args = (" -m trn2 --neuron-dress-rehearsal" if trn2.rehearsal
+                     else f" -m trn2 --trn2-model-dir {shlex.quote(str(trn2.model_dir))}")
+    if trn2 is not None and trn2.rehearsal:
+        write(target / "REHEARSAL.txt",
+              "This failure comes from a Neuron dress rehearsal: the trn2 tier on CPU against "
+              "stand-ins of the Neuron layer (meta_tests/neuron_standin). It is CPU evidence only.\n")
     write(target / "rerun.sh",
           f"cd {shlex.quote(str(runs.REPO_ROOT))} && {python} -m pytest "
-          f"{shlex.quote(item.nodeid)} -p no:xdist --hypothesis-profile repro\n")
+          f"{shlex.quote(item.nodeid)}{tier_args} -p no:xdist --hypothesis-profile repro\n")
     write(target / "failure.txt", report.longreprtext)
     hypothesis = _hypothesis_text(report.longreprtext)
     if hypothesis:

@@ -28,14 +28,19 @@ class GateResult:
     missing: list[str] = field(default_factory=list)
     newly_skipped: list[str] = field(default_factory=list)
     incomplete: bool = False
+    evidence_mismatch: str | None = None  # a rehearsal compared as trn2 evidence, or the reverse
+    baseline_stack: str | None = None
 
     @property
     def ok(self) -> bool:
         return not (self.drift or self.newly_failing or self.missing or self.newly_skipped
-                    or self.incomplete)
+                    or self.incomplete or self.evidence_mismatch)
 
     def text(self) -> str:
-        out = [f"gate: {'PASS' if self.ok else 'FAIL'}"]
+        out = [f"gate: {'PASS' if self.ok else 'FAIL'}"
+               + (f" (baseline of stack {self.baseline_stack})" if self.baseline_stack else "")]
+        if self.evidence_mismatch:
+            out.append(f"  {self.evidence_mismatch}")
         if self.incomplete:
             out.append("  the run's report is incomplete (interrupted session)")
         for name, before, after in self.drift:
@@ -51,7 +56,14 @@ class GateResult:
 
 
 def compare(baseline: dict, run: dict) -> GateResult:
-    result = GateResult(incomplete=not run.get("complete", False))
+    result = GateResult(incomplete=not run.get("complete", False),
+                        baseline_stack=", ".join(sorted({baseline.get("stack_id", {}).get(t, "?")
+                                                         for t in baseline.get("platforms", [])})) or None)
+    if bool(run.get("rehearsal")) != bool(baseline.get("rehearsal")):
+        result.evidence_mismatch = (
+            "a Neuron dress rehearsal (CPU stand-ins) is not trn2 evidence and cannot be gated "
+            "against a real baseline" if run.get("rehearsal") else
+            "the baseline is a Neuron dress rehearsal (CPU stand-ins), not evidence for this session")
     before = baseline["inventory"]["packages"] | {"python": baseline["inventory"]["python"]}
     after = run["inventory"]["packages"] | {"python": run["inventory"]["python"]}
     for name in sorted(set(before) | set(after)):

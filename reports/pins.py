@@ -35,6 +35,9 @@ def trusted(report: dict) -> None:
         raise NotTrusted(f"{len(bad)} contracts did not pass, e.g. {bad[0]}")
     if not report["contracts"]:
         raise NotTrusted("the report has no contracts")
+    if report.get("rehearsal"):
+        raise NotTrusted("the session was a Neuron dress rehearsal on CPU stand-ins: it is not "
+                         "evidence for any stack's versions")
 
 
 def constraints(report: dict) -> str:

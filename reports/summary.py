@@ -49,6 +49,10 @@ def render(report: dict, gate_result=None) -> str:
     contracts = report["contracts"]
     inv = report["inventory"]
     lines = [f"# Conformance summary: session {report['session']}", ""]
+    if report.get("rehearsal"):
+        lines += ["**NEURON DRESS REHEARSAL: the trn2 tier ran on CPU against stand-ins of the Neuron "
+                  "layer (torch_neuronx, nkilib, torchtitan_neuron, neuron-ls, /dev/neuron*). This is "
+                  "CPU evidence only, never trn2 evidence.**", ""]
     if not report["complete"]:
         lines += ["**INCOMPLETE: the session was interrupted; only finished contracts are listed.**", ""]
     totals = Counter(c["outcome"] for c in contracts)
@@ -89,6 +93,11 @@ def render(report: dict, gate_result=None) -> str:
     if skipped:
         lines += ["## Skipped (not passing)", ""]
         lines += [f"- `{c['nodeid']}`: {(c.get('message') or '').strip()[:200]}" for c in skipped]
+        lines.append("")
+    not_covered = report.get("not_covered") or []
+    if not_covered:
+        lines += ["## Not covered on this tier", ""]
+        lines += [f"- `{n['test']}` on {n['tier']}: {n['reason']}" for n in not_covered]
         lines.append("")
     if report["runs"]:
         lines += ["## Training runs", ""]

@@ -1,0 +1,1 @@
+"""REHEARSAL STAND-IN: Qwen3 pieces of TorchTitan Neuron (see ``config_registry``)."""

@@ -1,0 +1,24 @@
+"""Run by meta_tests/test_rehearsal.py as a Neuron dress rehearsal (``-m trn2
+--neuron-dress-rehearsal``): one contract that sees the stand-ins, one that fails on
+purpose (its repro bundle must say rehearsal), and, when asked, one that skips."""
+import os
+
+import pytest
+
+
+def test_sees_the_standins(platform):
+    import nkilib.core.embeddings as embeddings
+    import torch_neuronx
+
+    assert platform.rehearsal and platform.name == "trn2"
+    assert "meta_tests/neuron_standin" in torch_neuronx.__file__
+    assert not hasattr(embeddings, "rope_hf")  # the real package layout: the kernel is a submodule
+
+
+def test_fails_on_purpose(platform):
+    assert platform.nproc_per_node == -1, "a deliberately impossible rank count"
+
+
+def test_skips_when_asked(platform):
+    if os.environ.get("REHEARSAL_SESSION_SKIP") == "1":
+        pytest.skip("skipping on purpose")

@@ -1,0 +1,86 @@
+"""The Neuron dress rehearsal as a user meets it: stand-ins only behind the option, a
+rehearsal labelled everywhere, refused as trn2 evidence, and never green with a skip."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures import plugin, rehearsal, runs
+from fixtures import platform as platforms
+
+pytestmark = pytest.mark.meta
+
+REPO = Path(__file__).resolve().parent.parent
+SESSION = Path(__file__).resolve().parent / "sessions" / "rehearsal_session.py"
+
+
+def test_standins_are_unreachable_without_the_option(tmp_path):
+    """This session was started without ``--neuron-dress-rehearsal``: no stand-in module is
+    importable, none is on sys.path or PYTHONPATH, and a launched rank would not see them."""
+    assert not rehearsal.active()
+    assert not plugin.stand_in_reachable()
+    assert not any(str(rehearsal.STANDIN_ROOT) in p for p in sys.path)
+    assert str(rehearsal.STANDIN_ROOT) not in os.environ.get("PYTHONPATH", "")
+    plan = runs.launch_plan(runs.RunSpec(config="dense_native"), platforms.cpu_platform(), tmp_path,
+                            hf_assets=tmp_path, dataset=tmp_path)
+    assert str(rehearsal.STANDIN_ROOT) not in plan.env["PYTHONPATH"]
+    code = "import importlib.util as u; print([n for n in ('torch_neuronx','nkilib','torchtitan_neuron') if u.find_spec(n)])"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "meta_tests" not in proc.stdout and proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _rehearse(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in (runs.SESSION_ENV, "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(SESSION), "-m", "trn2", "--neuron-dress-rehearsal",
+         "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "report"), *extra],
+        cwd=REPO, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_rehearsal_says_so_everywhere_and_is_not_evidence(tmp_path):
+    proc = _rehearse(tmp_path, "-k", "not skips")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
+    assert "NEURON DRESS REHEARSAL" in out and "1 failed, 1 passed" in out, out
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["rehearsal"] is True
+    assert report["stack_id"]["trn2"].startswith("rehearsal-trn2-")
+    assert "NEURON DRESS REHEARSAL" in (tmp_path / "report" / "summary.md").read_text()
+    bundle = next((tmp_path / "report" / "repro").iterdir())
+    assert "rehearsal" in (bundle / "REHEARSAL.txt").read_text()
+    assert "--neuron-dress-rehearsal" in (bundle / "rerun.sh").read_text()
+    # The gate and the baseline promotion refuse it as evidence.
+    from reports import gate
+    from reports.pins import NotTrusted, trusted
+
+    cpu_baseline = json.loads((REPO / "reports" / "baselines" / "cpu-torch2.14-titan0.3.json").read_text())
+    result = gate.compare(cpu_baseline, report)
+    assert not result.ok and "not trn2 evidence" in result.text()
+    passing = {**report, "contracts": [c for c in report["contracts"] if c["outcome"] == "passed"]}
+    with pytest.raises(NotTrusted, match="dress rehearsal"):
+        trusted(passing)
+
+
+@pytest.mark.slow
+def test_a_skip_fails_a_rehearsal(tmp_path):
+    proc = _rehearse(tmp_path, "-k", "skips", env={"REHEARSAL_SESSION_SKIP": "1"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
+    assert "every collected trn2 contract must run its body" in out, out
+
+
+def test_the_option_alone_does_not_select_a_tier(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(SESSION), "--neuron-dress-rehearsal",
+                           "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "r")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != runs.SESSION_ENV})
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "add -m trn2" in proc.stderr
