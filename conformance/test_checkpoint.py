@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from fixtures import checkpoints, hf_reference
+from fixtures import platform as platforms
 from fixtures.contract import expect, expect_equal, require_ok
 from fixtures.run_definitions import (
     LOAD_TIED_CONFIG_DTYPE_EXPORT,
@@ -54,6 +55,7 @@ def test_tied_export_reloads_missing_only_lm_head(platform, titan_runs, record_p
            "the reloaded lm_head is tied to the embedding", "same storage", "separate tensors", run)
 
 
+@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
 def test_untied_export_reloads_complete(platform, titan_runs, record_property):
     """Untied checkpoint in, export out: nothing missing, nothing unexpected."""
@@ -66,12 +68,24 @@ def test_untied_export_reloads_complete(platform, titan_runs, record_property):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["hf_tied", "hf_untied"])
-def test_zero_step_export_equals_source(platform, titan_runs, which):
+def test_zero_step_export_equals_source(platform, titan_runs):
     """A run that does not change the weights (1 step at learning rate 0; torchtitan writes
     no export for 0 steps) exports every source tensor bit for bit, under the source's
-    names: the ``model.`` prefix is removed on load and restored on export."""
-    run = require_ok(titan_runs.get(LOAD_TIED_LR0_EXPORT if which == "hf_tied" else LOAD_UNTIED_LR0_EXPORT))
+    names: the ``model.`` prefix is removed on load and restored on export; the tied
+    ``lm_head.weight`` is not written."""
+    _zero_step_export_equals_source(titan_runs, LOAD_TIED_LR0_EXPORT, "hf_tied")
+
+
+@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
+@pytest.mark.slow
+def test_zero_step_untied_export_equals_source(platform, titan_runs):
+    """The same for an untied checkpoint: every tensor, ``lm_head.weight`` included."""
+    _zero_step_export_equals_source(titan_runs, LOAD_UNTIED_LR0_EXPORT, "hf_untied")
+
+
+def _zero_step_export_equals_source(titan_runs, spec, which):
+    __tracebackhide__ = True
+    run = require_ok(titan_runs.get(spec))
     source = checkpoints.read_tensors(titan_runs.checkpoints(which))
     exported = checkpoints.read_tensors(run.export_dir())
     expected_keys = sorted(k for k in source if not (which == "hf_tied" and k == "lm_head.weight"))
@@ -87,10 +101,11 @@ def test_trained_export_gives_the_trained_models_logits(platform, titan_runs, re
     """After 10 steps, the export read back with transformers gives the logits of the run's
     own final weights (gathered from the shards inside the run, torchtitan's names)."""
     run = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    final = checkpoints.read_tensors_file(run.probe_dir / "final_state.safetensors")
-    hf_model, result, _ = hf_reference.reload_with_transformers(run.export_dir(), titan_runs.checkpoints("hf_tied"))
-    titan_model = hf_reference.titan_model_from_state(final, tied=True)
-    tokens = torch.randint(0, 512, (2, 128), generator=torch.Generator().manual_seed(3))
+    source_dir = titan_runs.checkpoints("hf_tied")
+    final = run.final_state()
+    hf_model, result, _ = hf_reference.reload_with_transformers(run.export_dir(), source_dir)
+    titan_model = hf_reference.titan_model_from_state(final, source_dir)
+    tokens = torch.randint(0, platform.vocab_size, (2, 128), generator=torch.Generator().manual_seed(3))
     err = (hf_reference.logits_of(hf_model, tokens) - hf_reference.logits_of(titan_model, tokens)).abs().max().item()
     record_property("trained_export_max_abs_logit_error", err)
     expect(err <= LOGIT_ATOL, "reloaded export reproduces the trained model's logits",
@@ -120,6 +135,7 @@ def test_float32_training_is_not_silently_downcast_on_export(platform, titan_run
     expect_equal(dtypes, {"float32"}, "a float32 training run exports float32", run)
 
 
+@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
 def test_tied_model_does_not_silently_drop_untied_lm_head(platform, titan_runs):
     """A tied model loading an untied checkpoint must not drop its ``lm_head.weight``
@@ -133,19 +149,21 @@ def test_tied_model_does_not_silently_drop_untied_lm_head(platform, titan_runs):
            "a log line naming lm_head", "the run trained and said nothing", run)
 
 
+@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
 def test_untied_model_rejects_tied_checkpoint_clearly(platform, titan_runs):
     """An untied model loading a tied checkpoint fails fast, naming ``lm_head.weight``, with
     no process left behind."""
     run = titan_runs.get(UNTIED_MODEL_TIED_CHECKPOINT)
-    expect(not run.ok and not run.launch["timed_out"], "the load fails without hanging",
+    expect(not run.ok and not run.timed_out, "the load fails without hanging",
            "a failed run", "ok" if run.ok else "timed out", run)
-    log = "\n".join(run.log_text(r) for r in range(platform.nproc_per_node))
+    log = run.all_logs()
     expect("Missing key in checkpoint state_dict: lm_head.weight" in log, "the error names lm_head.weight",
            "Missing key ... lm_head.weight", log[-600:], run)
-    expect_equal(run.launch["leftover_pids"], [], "no process is left behind", run)
+    expect_equal(run.launch.leftover_pids, [], "no process is left behind", run)
 
 
+@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "names"), [
     pytest.param("bad_truncated", "model.safetensors", id="truncated"),
@@ -157,14 +175,15 @@ def test_bad_checkpoint_fails_fast_naming_the_culprit(platform, titan_runs, kind
     run fast, with no hang and no process left behind, and the error names the file or
     tensor at fault."""
     run = titan_runs.get(bad_checkpoint_run(kind))
-    expect(not run.ok and not run.launch["timed_out"], f"{kind}: the run fails without hanging",
+    expect(not run.ok and not run.timed_out, f"{kind}: the run fails without hanging",
            "a failed run", "ok" if run.ok else "timed out", run)
-    expect_equal(run.launch["leftover_pids"], [], f"{kind}: no process is left behind", run)
-    log = "\n".join(run.log_text(r) for r in range(platform.nproc_per_node))
+    expect_equal(run.launch.leftover_pids, [], f"{kind}: no process is left behind", run)
+    log = run.all_logs()
     errors = [l for l in log.splitlines() if "Error" in l or "Exception" in l]
     expect(any(names in l for l in errors), f"{kind}: the error names {names}", names, errors[-3:], run)
 
 
+@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.parametrize(("kind", "names"), [
     pytest.param("bad_truncated", "model.safetensors: truncated", id="truncated"),
     pytest.param("bad_missing_shard", "names shard model-00002-of-00002.safetensors, which is missing",
@@ -187,6 +206,7 @@ def test_harness_refuses_bad_checkpoint_before_launch(platform, titan_runs, kind
            "no run folder", titan_runs.key(spec))
 
 
+@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
 def test_missing_config_json_is_reported_when_needed(platform, titan_runs):
     """The native path reads no config.json (its architecture is in the torchtitan config);
     the transformers backend needs one: the validator says so when asked."""

@@ -24,12 +24,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fixtures import probe_files
 from fixtures.contract import expect, expect_equal, require_ok
 from fixtures.run_definitions import LAYERS_10_TO_19
+from fixtures.titan.layer_overrides import WRITEUP_SELECTOR
 
 pytestmark = pytest.mark.overrides
-
-WRITEUP_SELECTOR = "layers.1[0-9].attention.rope"
 
 
 # ----------------------------------------------------------------------------- the oracle
@@ -332,18 +332,14 @@ def test_cli_override_log_contract(platform, titan_runs):
     node gets exactly one ``[Override] name: fqn Old -> New`` line, the kwargs from the
     command line reach the factory, and the total matches the selected layers (10 and 11 of
     the cpu tier's 12-layer model)."""
-    import json
-
     run = require_ok(titan_runs.get(LAYERS_10_TO_19))
-    n_layers = len(json.loads((run.dump_dir / "resolved_config.json").read_text())
-                   ["model_spec"]["model"]["layers"])
+    n_layers = len(run.resolved_config()["model_spec"]["model"]["layers"])
     selected = writeup_layers(n_layers)
     expect(bool(selected), "the run's model has layers in 10..19", "> 10 layers", n_layers, run)
-    log = run.log_text(0)
-    name = "fixtures.titan.layer_overrides.star_layers_10_to_19"
-    lines = [l[l.index("[Override]"):] for l in log.splitlines() if f"[Override] {name}:" in l]
-    expected = [f"[Override] {name}: model_spec.model.layers.{i}.attention.rope "
+    name = LAYERS_10_TO_19.overrides[0].split("=", 1)[0]
+    lines = [l[l.index(probe_files.OVERRIDE_PREFIX):] for l in run.override_lines(name + ":")]
+    expected = [f"{probe_files.OVERRIDE_PREFIX}{name}: model_spec.model.layers.{i}.attention.rope "
                 f"CosSinRoPE.Config -> KernelRoPE.Config with tag='from-cli'" for i in selected]
     expect_equal(lines, expected, "one line per replaced node, kwargs from the CLI included", run)
-    expect(f"Applied {len(selected)} override(s)" in log, "the total matches the selected layers",
-           f"Applied {len(selected)} override(s)", [l for l in log.splitlines() if "Applied" in l], run)
+    expect_equal(probe_files.applied_count(run.log_text(0)), len(selected),
+                 "the total matches the selected layers", run)

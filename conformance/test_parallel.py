@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.contract import expect, expect_close_series, expect_equal, require_ok
 from fixtures.run_definitions import tensor_parallel
 
 pytestmark = pytest.mark.parallel
@@ -22,7 +22,7 @@ def test_tp_run_builds_fsdp_by_tp_mesh(platform, titan_runs):
     """A TP-2 run over N ranks resolves to FSDP N/2 x TP 2 with sequence parallel on, and
     its parameters are sharded over both mesh dimensions."""
     run = require_ok(titan_runs.get(tensor_parallel(platform)))
-    probe = run.probe_json("parallel.rank0.json")
+    probe = run.placements(0)
     world = probe["world_size"]
     dims = probe["parallel_dims"]
     expect_equal((dims["tp"], dims["dp_shard"]), (2, world // 2), "TP 2 x FSDP N/2", run)
@@ -35,10 +35,11 @@ def test_tp_run_builds_fsdp_by_tp_mesh(platform, titan_runs):
 
 
 @pytest.mark.slow
-def test_rope_kernel_wrapper_under_tp_is_right_or_refuses(platform, titan_runs):
+def test_rope_kernel_wrapper_under_tp_is_right_or_refuses(platform, titan_runs, record_property):
     """With the default SPMD backend the wrapper sees each rank's local heads as plain
-    tensors; RoPE is per head, so the run must train bit-identically to TP without the
-    wrapper (or, had it got DTensors, fail naming tensor parallel)."""
+    tensors; RoPE is per head, so the run must train like TP without the wrapper, within
+    the tier's same_math_rtol (cpu: bit for bit), or, had it got DTensors, fail naming
+    tensor parallel."""
     plain = require_ok(titan_runs.get(tensor_parallel(platform)))
     kernel = titan_runs.get(tensor_parallel(platform, kernel_rope=True))
     if not kernel.ok:
@@ -47,9 +48,9 @@ def test_rope_kernel_wrapper_under_tp_is_right_or_refuses(platform, titan_runs):
                "a TP run the wrapper cannot take fails naming tensor parallel / DTensor",
                "TensorParallelUnsupported", log[-500:], kernel)
         return
-    expect_equal(kernel.losses(), plain.losses(),
-                 "TP with the kernel RoPE trains exactly as TP without it", kernel,
-                 detail=f"TP run without the override: {plain.run_dir}")
+    expect_close_series(kernel.losses(), plain.losses(), platform.numerics.same_math_rtol,
+                        "TP with the kernel RoPE trains as TP without it", kernel, record_property,
+                        detail=f"TP run without the override: {plain.run_dir}")
 
 
 @pytest.mark.slow
@@ -58,7 +59,7 @@ def test_rope_kernel_wrapper_refuses_dtensor(platform, titan_runs):
     the run fails with the wrapper's error naming tensor parallel and DTensor, not a number."""
     run = titan_runs.get(tensor_parallel(platform, kernel_rope=True, spmd_backend="partial_dtensor"))
     expect(not run.ok, "the run refuses DTensor q/k", "a failed run", "a run that trained", run)
-    log = "\n".join(run.rank_log_text(r, "stderr") for r in range(4))
+    log = run.all_logs("stderr")
     expect("TensorParallelUnsupported" in log and "tensor parallel" in log and "DTensor" in log,
            "the failure names tensor parallel and DTensor", "TensorParallelUnsupported: ... DTensor ...",
            log[-800:], run)

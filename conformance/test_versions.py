@@ -13,19 +13,15 @@ import sys
 
 import pytest
 
+from fixtures import platform as platforms
 from fixtures import stack
 from fixtures.contract import expect, expect_equal
 from reports import inventory
 
 pytestmark = pytest.mark.versions
 
-# What each tier's stack pins torch to when torch-neuronx does not say (cpu: pyproject).
-CPU_TORCH_PIN = "2.14.1"
-TIER_PACKAGES = {
-    "cpu": ("torch", "torchtitan", "transformers"),
-    "trn2": ("torch", "torch-neuronx", "torchtitan", "torchtitan-neuron", "transformers", "nki",
-             "nkilib", "neuronx-cc"),
-}
+NOT_DISTRIBUTIONS = ("the rehearsal's Neuron stand-ins are modules on PYTHONPATH, not installed "
+                     "distributions: there is no Neuron version to check")
 
 
 def test_pip_check_is_clean(platform):
@@ -35,22 +31,23 @@ def test_pip_check_is_clean(platform):
                  detail=proc.stdout + proc.stderr)
 
 
+@pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
 def test_tier_packages_installed(platform):
-    """Every package the tier's contracts depend on is installed and has an exact version."""
+    """Every package the tier's stack needs (the tier profile's list) is installed with an
+    exact version. The Neuron fork of torchtitan is installed from its repository and
+    reports itself as ``torchtitan``: no ``torchtitan-neuron`` distribution is required."""
     found = stack.versions()
-    missing = [name for name in TIER_PACKAGES[platform.name] if not found.get(name)]
+    missing = [name for name in platform.packages if not found.get(name)]
     expect_equal(missing, [], f"the {platform.name} stack is complete")
 
 
+@pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
 def test_torch_is_the_required_build(platform):
-    """The installed torch is the one the stack needs: on trn2 the version torch-neuronx
-    itself requires (a PyPI torch that replaced the Neuron build is caught, with the
-    ``--no-deps`` remedy); on cpu the suite's pin."""
-    problem = inventory.torch_mismatch(None if platform.name == "trn2" else CPU_TORCH_PIN)
+    """The installed torch is the one the stack needs: the tier's pin, or where the tier
+    pins none (trn2) the version torch-neuronx itself requires (a PyPI torch that replaced
+    the Neuron build is caught, with the ``--no-deps`` remedy)."""
+    problem = inventory.torch_mismatch(platform.torch_pin)
     expect(problem is None, "torch is the build the stack requires", "no mismatch", problem)
-    if platform.name == "trn2":
-        expect(inventory.torch_requirement_of() is not None,
-               "torch-neuronx declares the torch it needs", "a torch requirement", None)
 
 
 def test_no_placeholder_neuron_package(platform):
@@ -61,17 +58,27 @@ def test_no_placeholder_neuron_package(platform):
     expect_equal(problems, [], "every installed Neuron package is the real one")
 
 
+@pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
 def test_inventory_records_exact_versions(platform):
     """The inventory names every tracked package with its exact version (or not installed),
-    Python, and torch's build; on trn2 also the Neuron runtime and driver."""
+    Python, torch's build, and where torchtitan came from (a release, or a repository
+    checkout such as the Neuron fork: its URL, commit and version label)."""
     inv = inventory.inventory()
     expect_equal(sorted(inv["packages"]), sorted(stack.TRACKED), "every tracked package is listed")
-    for name in TIER_PACKAGES[platform.name]:
+    for name in platform.packages:
         expect(bool(inv["packages"][name]) and inv["packages"][name][0].isdigit(),
                f"{name} has an exact version", "a version", inv["packages"][name])
     expect(inv["torch_build"] not in ("not installed",) and not inv["torch_build"].startswith("unknown"),
            "torch's build is identified", "CPU / CUDA / Neuron", inv["torch_build"])
-    if platform.name == "trn2":
-        expect(inv["neuron_driver"] is not None, "the Neuron driver version is recorded", "a version", None)
-        expect(inv["system_packages"]["aws-neuronx-runtime-lib"] is not None,
-               "the Neuron runtime version is recorded", "a version", None)
+    expect(inv["torchtitan_origin"]["source"] in ("index", "repository"),
+           "torchtitan's origin is identified", "index or repository", inv["torchtitan_origin"])
+
+
+@pytest.mark.only_tiers("trn2", reason=platforms.NEURON_SYSTEM + " are recorded only on a Neuron host")
+@pytest.mark.not_rehearsed("the rehearsal has no Neuron driver or runtime to record")
+def test_inventory_records_the_neuron_system(platform):
+    """On a Neuron host the inventory records the Neuron driver and runtime versions."""
+    inv = inventory.inventory()
+    expect(inv["neuron_driver"] is not None, "the Neuron driver version is recorded", "a version", None)
+    expect(inv["system_packages"]["aws-neuronx-runtime-lib"] is not None,
+           "the Neuron runtime version is recorded", "a version", None)
