@@ -49,7 +49,7 @@ def test_a_rehearsal_says_so_everywhere_and_is_not_evidence(tmp_path):
     proc = _rehearse(tmp_path, "-k", "not skips")
     out = proc.stdout + proc.stderr
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
-    assert "NEURON DRESS REHEARSAL" in out and "1 failed, 1 passed" in out, out
+    assert "NEURON DRESS REHEARSAL" in out and "1 failed, 2 passed" in out, out
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["rehearsal"] is True
     assert report["stack_id"]["trn2"].startswith("rehearsal-trn2-")

@@ -15,6 +15,15 @@ def test_sees_the_standins(platform):
     assert not hasattr(embeddings, "rope_hf")  # the real package layout: the kernel is a submodule
 
 
+def test_the_trn2_hypothesis_profile_is_loaded(platform):
+    """A trn2 session (rehearsed or real) loads the tier's Hypothesis profile by itself:
+    each example may compile a kernel for a new shape."""
+    from hypothesis import settings
+
+    assert platform.hypothesis_profile == "trn2"
+    assert settings.default.max_examples == settings.get_profile("trn2").max_examples
+
+
 def test_fails_on_purpose(platform):
     assert platform.nproc_per_node == -1, "a deliberately impossible rank count"
 

@@ -7,7 +7,8 @@ maps both onto CPU, and nothing else in the rehearsal does:
 - ``DEVICE_MAP``: where a tensor of the device type ``neuron`` really lives (read by the
   suite's ``fixtures.kernels.device_worker.device_for``, its only reader);
 - ``torch.neuron``: ``is_available()`` True, one device per process (the ranks' view);
-- the ``neuron`` process-group backend: registered, backed by gloo, and the backend
+- the ``neuron`` process-group backend: registered, backed by gloo, setting
+  ``NEURON_RT_VISIBLE_CORES`` to ``LOCAL_RANK`` when unset as the real one does, and the backend
   torchtitan picks for the device type it runs on (which is CPU here: torchtitan's device
   helpers are pointed at CPU by the suite's own ``fixtures.titan.cpu_runtime`` patches);
 - the ``neuron`` torch.compile backend (which on Trainium compiles captured graphs with
@@ -23,8 +24,15 @@ _installed = False
 
 
 def _gloo_backed_neuron(store, rank, world_size, timeout):
+    """The ``neuron`` process group (gloo underneath). As the Neuron backend does at
+    ``init_process_group(backend="neuron")`` (CONTRACTS.md "Topology"): one device per
+    process, ``NEURON_RT_VISIBLE_CORES`` set to ``LOCAL_RANK`` when unset."""
+    import os
+
     import torch.distributed as dist
 
+    if "NEURON_RT_VISIBLE_CORES" not in os.environ and "LOCAL_RANK" in os.environ:
+        os.environ["NEURON_RT_VISIBLE_CORES"] = os.environ["LOCAL_RANK"]
     return dist.ProcessGroupGloo(store, rank, world_size, timeout)
 
 
