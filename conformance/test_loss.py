@@ -27,7 +27,8 @@ PRETRAINED_MARGIN = 1.0
 
 
 @pytest.mark.only_tiers("cpu", reason=platforms.IN_SUITE_REFERENCE_MODEL + " is needed: recomputing "
-                        "Qwen3-4B over every rank's 4096 tokens inside pytest is out of reach")
+                        "Qwen3-4B over all 64 ranks' 4096 tokens inside pytest is out of reach; on trn2 "
+                        "test_first_step_loss_of_rank_0_equals_transformers checks a bounded sample")
 def test_first_step_loss_equals_transformers_on_the_same_batch(platform, titan_runs):
     """The first logged loss of a run that loaded HF weights equals the loss transformers
     computes with those weights on the very tokens the run trained on (recorded inside the
@@ -44,6 +45,25 @@ def test_first_step_loss_equals_transformers_on_the_same_batch(platform, titan_r
     expect(math.isclose(first, reference, rel_tol=rtol),
            f"step-1 loss equals transformers' loss on the same tokens within {rtol}",
            reference, first, run, detail=f"difference {first - reference:.3g}")
+
+
+@pytest.mark.slow
+def test_first_step_loss_of_rank_0_equals_transformers(platform, titan_runs, record_property):
+    """A bounded sample: rank 0's share of the first step's loss (recorded inside the run:
+    the sum of its token losses over its own token count) equals transformers' loss with the
+    loaded weights on rank 0's tokens alone, computed in the tier's dtype (cpu float32,
+    trn2 bfloat16), within the tier's first_loss_rtol; labels derived from the inputs."""
+    run = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    folder = titan_runs.checkpoints("hf_tied")
+    model = hf_reference.transformers_model(folder, platform.numerics.dtype)
+    reference = hf_reference.batch_loss(model, [run.first_batch(0)], hf_reference.eos_id(folder))
+    recorded = run.first_rank_loss(0)
+    rtol = platform.numerics.first_loss_rtol
+    record_property("rank0_first_loss_vs_reference", f"{recorded['mean']:.6f} vs {reference:.6f}")
+    expect(math.isclose(recorded["mean"], reference, rel_tol=rtol),
+           f"rank 0's step-1 loss equals transformers' ({platform.numerics.dtype}) on its tokens within {rtol}",
+           reference, recorded["mean"], run,
+           detail=f"difference {recorded['mean'] - reference:.3g}; {recorded['local_tokens']} tokens")
 
 
 @pytest.mark.slow

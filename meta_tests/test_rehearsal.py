@@ -49,7 +49,7 @@ def test_a_rehearsal_says_so_everywhere_and_is_not_evidence(tmp_path):
     proc = _rehearse(tmp_path, "-k", "not skips")
     out = proc.stdout + proc.stderr
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
-    assert "NEURON DRESS REHEARSAL" in out and "1 failed, 2 passed" in out, out
+    assert "NEURON DRESS REHEARSAL" in out and "1 failed, 3 passed" in out, out
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["rehearsal"] is True
     assert report["stack_id"]["trn2"].startswith("rehearsal-trn2-")
@@ -75,6 +75,18 @@ def test_a_skip_fails_a_rehearsal(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
     assert "every collected trn2 contract must run its body" in out, out
+
+
+def test_a_rank_registers_the_kernel_with_nki_op():
+    """On the device side (a launched rank) the write-up's wrapper registers the NKI kernel
+    through ``torch_neuronx.nki_op``, as the Neuron docs do; elsewhere torch.library."""
+    code = ("import torch, torch_neuronx; from fixtures.kernels import adapter; "
+            "print(adapter._registrar('nki') is torch_neuronx.nki_op, "
+            "adapter._registrar('reference') is torch.library.custom_op)")
+    env = {**os.environ, "PYTHONPATH": f"{rehearsal.STANDIN_PYTHON}{os.pathsep}{REPO}", "CONFORMANCE_DEVICE_SIDE": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout.split() == ["True", "True"], proc.stdout + proc.stderr
 
 
 def test_the_option_alone_does_not_select_a_tier(tmp_path):

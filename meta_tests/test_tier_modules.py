@@ -99,3 +99,27 @@ def test_profile_and_probe_names_need_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+def test_final_state_is_read_into_the_model_the_checkpoint_describes(tmp_path):
+    """The trained-export contract rebuilds torchtitan's model from the checkpoint's own
+    config.json (not the cpu tier's tiny shape) before a strict load: a checkpoint of
+    another shape (here 3 layers, vocab 600, untied) loads, and a wrong state is refused."""
+    import torch
+
+    from fixtures import hf_reference
+    from fixtures.titan.tiny_qwen3 import qwen3_model_from_hf_config
+
+    hf = {"model_type": "qwen3", "vocab_size": 600, "hidden_size": 32, "intermediate_size": 64,
+          "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+          "max_position_embeddings": 512, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+          "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    source = qwen3_model_from_hf_config(hf).build()
+    source.init_weights(buffer_device=torch.device("cpu"))
+    model = hf_reference.titan_model_from_state(source.state_dict(), tmp_path)
+    assert len(model.layers) == 3 and model.tok_embeddings.weight.shape == (600, 32)
+    broken = dict(source.state_dict())
+    broken.pop("lm_head.weight")
+    with pytest.raises(RuntimeError, match="lm_head.weight"):
+        hf_reference.titan_model_from_state(broken, tmp_path)

@@ -9,7 +9,6 @@ names.
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 import subprocess
@@ -84,19 +83,40 @@ def neuron_driver_version() -> str | None:
     return node.read_text().strip() if node.exists() else None
 
 
+_IMPORT_PROBE = (
+    "import importlib, sys\n"
+    "try:\n"
+    "    importlib.import_module(sys.argv[1])\n"
+    "except ModuleNotFoundError as exc:\n"
+    "    print('missing', exc)\n"
+    "except ImportError as exc:\n"
+    "    print('error', exc)\n"
+    "else:\n"
+    "    print('ok')\n"
+)
+
+
 def placeholder_problem(dist: str, module: str) -> str | None:
-    """Why an installed Neuron distribution is not the real package, or None if it is."""
+    """Why an installed Neuron distribution is not the real package, or None if it is. The
+    import is tried in a subprocess: a Neuron package's import may set up the device, and the
+    pytest process must not hold a NeuronCore."""
     if stack.installed_version(dist) is None:
         return None  # not installed is a different finding
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        return f"{dist} is installed but its module {module!r} is missing ({exc}): a PyPI placeholder?"
-    except ImportError as exc:
-        if "WRONG PACKAGE" in str(exc):
-            return (f"{dist} is the PyPI placeholder (import raises {exc!s:.120}); install the real "
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's view
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, module], capture_output=True,
+                          text=True, timeout=300, env=env)
+    verdict, _, detail = (proc.stdout.strip().splitlines() or ["error no output"])[-1].partition(" ")
+    if proc.returncode != 0:
+        return f"{dist}: importing {module} crashed the interpreter (exit {proc.returncode})"
+    if verdict == "missing":
+        return f"{dist} is installed but its module {module!r} is missing ({detail}): a PyPI placeholder?"
+    if verdict == "error":
+        if "WRONG PACKAGE" in detail:
+            return (f"{dist} is the PyPI placeholder (import raises {detail:.120}); install the real "
                     "package from AWS's Neuron package index")
-        return f"{dist}: import {module} failed: {exc}"
+        return f"{dist}: import {module} failed: {detail}"
     return None
 
 

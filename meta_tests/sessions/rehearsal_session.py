@@ -6,6 +6,27 @@ import os
 import pytest
 
 
+def test_pytest_never_opens_the_device(platform):
+    """First in the file, before anything imports torch_neuronx here: the kernel runs in the
+    device worker, the pytest process never imports torch_neuronx, and the worker is gone
+    after release() (the run cache calls it before every launch)."""
+    import sys
+
+    import torch
+
+    from fixtures.kernels import device_worker, providers
+
+    q = torch.randn(1, 2, 256, 16)
+    q_out, k_out = torch.empty_like(q), torch.empty_like(q)
+    providers.PROVIDERS[platform.kernel_provider](q, q.clone(), q_out, k_out, rope_cache=torch.randn(256, 32))
+    assert torch.isfinite(q_out).all() and not torch.equal(q_out, q)
+    assert "torch_neuronx" not in sys.modules
+    worker = device_worker._executor
+    assert worker is not None
+    device_worker.release()
+    assert device_worker._executor is None and not worker._processes
+
+
 def test_sees_the_standins(platform):
     import nkilib.core.embeddings as embeddings
     import torch_neuronx
