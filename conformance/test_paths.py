@@ -40,6 +40,11 @@ def test_backend_sees_the_native_paths_batch(platform, titan_runs):
                "equal", "different", backend)
 
 
+@pytest.mark.not_rehearsed(
+    "on upstream torchtitan 0.3 the backend's rotary inv_freq is uninitialised memory (the known "
+    "deviation this contract names: a strict xfail on the cpu tier); its effect on the losses "
+    "(measured 2e-5 to 6e-4 relative) straddles the bf16 tolerance, so a rehearsal would be red "
+    "or green by chance")
 @pytest.mark.slow
 def test_backend_trains_like_the_native_path(platform, titan_runs, record_property):
     """Same HF weights, same batches: the transformers backend's per-step losses equal the

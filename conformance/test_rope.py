@@ -98,12 +98,14 @@ def test_kernel_rejects_bad_seq_len_itself(platform):
 
 @pytest.mark.only_tiers("trn2", reason="launch grids and the runtime's LNC exist only with torch_neuronx")
 def test_kernel_launched_at_another_lnc_is_refused(platform):
-    """NKI checks that the kernel's launch grid (``wrap_nki(k)[lnc]``) agrees with the
-    runtime's LNC: a launch at the other LNC fails instead of computing on half the cores."""
+    """NKI 0.7 checks that the kernel's launch grid (``wrap_nki(k)[lnc]``) agrees with the
+    compiler's LNC, which must be the runtime's: a launch at the other LNC fails (error
+    NCC_EVRF066 in the Neuron docs: "NKI kernel '<name>' is configured with LNC=<k>, but
+    neuronx-cc is using LNC=<c>") instead of computing on the wrong number of cores."""
     other = 1 if platform.kernel_lnc == 2 else 2
     q = torch.randn(1, 2, 512, 64)
     cache = _titan_cache(64, 1024, 1e6)
-    with pytest.raises(Exception, match=r"(?i)lnc|logical"):
+    with pytest.raises(Exception, match=rf"is configured with LNC={other}, but neuronx-cc is using LNC={platform.kernel_lnc}"):
         providers.PROVIDERS[platform.kernel_provider](q, q.clone(), torch.empty_like(q), torch.empty_like(q),
                                                       rope_cache=cache, lnc=other)
 
