@@ -57,9 +57,11 @@ def main() -> int:
 
     cache = REPO / ".cache" / "conformance"
     assets = asset_builder.ensure_assets(cache)
+    from fixtures.run_fixtures import _hf_env
+
     runs = RunCache(cache / "runs", cpu_platform(), hf_assets=assets.tokenizer_dir,
-                    dataset=assets.dataset_dir, asset_key=assets.root.name,
-                    checkpoints=lambda name: assets.hf_dir(True))
+                    dataset=assets.dataset_dir, asset_key=assets.root.name, rank_env=_hf_env(cache),
+                    checkpoints=lambda name: assets.hf_dir(True))  # the session's key: reuses its run
     run = runs.get(LOAD_TIED_TRAIN_EXPORT)
     if not run.ok:
         print(run.failure_text())
