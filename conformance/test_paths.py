@@ -14,7 +14,11 @@ import pytest
 import torch
 from fixtures import checkpoints, hf_reference
 from fixtures.contract import expect, expect_equal, require_ok
-from fixtures.run_definitions import HF_BACKEND_LOAD_TIED, LOAD_TIED_TRAIN_EXPORT
+from fixtures.run_definitions import (
+    HF_BACKEND_LOAD_TIED,
+    HF_BACKEND_LOAD_TIED_ROTARY_FIXED,
+    LOAD_TIED_TRAIN_EXPORT,
+)
 
 pytestmark = pytest.mark.paths
 
@@ -31,9 +35,11 @@ def test_writeup_native_config_builds(platform):
 
 @pytest.mark.slow
 def test_backend_sees_the_native_paths_batch(platform, titan_runs):
-    """Both paths, same data settings and seed, see the same first batch on every rank."""
+    """Both paths, same data settings and seed, see the same first batch on every rank.
+    (The backend run recomputes its rotary buffer after init: this contract is about data,
+    not the known uninitialised-buffer deviation, and must not go red by that memory.)"""
     native = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    backend = require_ok(titan_runs.get(HF_BACKEND_LOAD_TIED))
+    backend = require_ok(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
     for r in range(platform.nproc_per_node):
         a, b = native.first_batch(r), backend.first_batch(r)
         expect(torch.equal(a["inputs"], b["inputs"]), f"rank {r}: same first-batch tokens",
@@ -61,11 +67,29 @@ def test_backend_trains_like_the_native_path(platform, titan_runs, record_proper
 
 
 @pytest.mark.slow
+def test_backend_with_its_rotary_recomputed_trains_like_the_native_path(platform, titan_runs, record_property):
+    """With the backend's rotary buffer recomputed after init (the workaround of the known
+    deviation), its per-step losses equal the native path's within the tier's path_rtol:
+    the rest of path 1 (weights, batches, schedule, loss) trains as path 2 does, and the
+    deviation above is the rotary buffer alone."""
+    native = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    backend = require_ok(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
+    rtol = platform.numerics.path_rtol
+    record_property("backend_minus_native_losses", repr([b["loss"] - a["loss"] for a, b in zip(native.steps, backend.steps)]))
+    for a, b in zip(native.steps, backend.steps):
+        expect(math.isclose(a["loss"], b["loss"], rel_tol=rtol),
+               f"step {a['step']}: backend loss equals native within {rtol}", a["loss"], b["loss"],
+               backend, detail=f"native run: {native.run_dir}")
+    expect_equal(len(backend.steps), len(native.steps), "both paths trained every step", backend)
+
+
+@pytest.mark.slow
 def test_backend_export_round_trip(platform, titan_runs):
     """The backend's HF export passes the native path's key checks: the same tensor names
-    as the native export, read back by transformers missing only the tied lm_head."""
+    as the native export, read back by transformers missing only the tied lm_head. (On the
+    run with the rotary buffer recomputed, as above.)"""
     native = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    backend = require_ok(titan_runs.get(HF_BACKEND_LOAD_TIED))
+    backend = require_ok(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
     names = sorted(checkpoints.read_tensors(backend.export_dir()))
     expect_equal(names, sorted(checkpoints.read_tensors(native.export_dir())),
                  "backend export has the native export's tensor names", backend)
