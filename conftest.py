@@ -1,5 +1,12 @@
 """Wiring only: the suite's plugins live in fixtures/."""
 
+import sys
+
+from fixtures.runs import WRITEUP_MODULES_DIR
+
+# The write-up's kernel module is imported by its bare name, in the ranks and in-process.
+sys.path.insert(0, str(WRITEUP_MODULES_DIR))
+
 pytest_plugins = [
     "fixtures.plugin",
     "fixtures.expectations",

@@ -19,6 +19,7 @@ import logging
 import re
 import sys
 import types
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -26,8 +27,9 @@ from hypothesis import strategies as st
 
 from fixtures import probe_files
 from fixtures.contract import expect, expect_equal, require_ok
-from fixtures.run_definitions import LAYERS_10_TO_19
-from fixtures.titan.layer_overrides import WRITEUP_SELECTOR
+from fixtures.run_definitions import LAYER_OVERRIDE, LAYER_OVERRIDE_KWARGS, layers_10_to_19
+from fixtures.titan.api import detect
+from fixtures.titan.selectors import WRITEUP_SELECTOR
 
 pytestmark = pytest.mark.overrides
 
@@ -80,25 +82,34 @@ def writeup_layers(n_layers: int) -> list[int]:
 _counter = itertools.count()
 
 
-def register(fqns, target=None, factory=None) -> str:
-    """Register an override in a fresh module; returns its ``module.function`` target."""
-    from torchtitan.config import derive, override
+@dataclass(frozen=True)
+class Registered:
+    entry: str  # what --override.imports lists to activate it
+    name: str  # what torchtitan calls it in its log lines and errors
+
+
+def register(fqns, target=None, factory=None) -> Registered:
+    """Register an override in a fresh module, with the installed override API
+    (``fixtures.titan.api``): named ``<module>.ov`` on both APIs."""
+    from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE
 
     from fixtures.titan.rope_override import KernelRoPE
 
-    name = f"conformance_dynamic_overrides_{next(_counter)}"
-    module = types.ModuleType(name)
+    module_name = f"conformance_dynamic_overrides_{next(_counter)}"
+    module = types.ModuleType(module_name)
 
     def replace(cfg):
         return derive(cfg, KernelRoPE.Config)
 
     fn = factory or replace
-    fn.__module__, fn.__name__, fn.__qualname__ = name, "ov", "ov"
-    override(target=target or CosSinRoPE.Config, fqns=fqns)(fn)
+    fn.__module__, fn.__name__, fn.__qualname__ = module_name, "ov", "ov"
+    api = detect()
+    name = api.logged_name(module_name, "ov", f"{module_name}.ov")
+    api.register(name, target=target or CosSinRoPE.Config, fqns=fqns)(fn)
     module.ov = fn
-    sys.modules[name] = module
-    return f"{name}.ov"
+    sys.modules[module_name] = module
+    return Registered(entry=api.entry(module_name, "ov"), name=name)
 
 
 def trainer_config(n_layers: int):
@@ -133,7 +144,7 @@ def test_writeup_selector_on_module_fqns(platform, n_layers):
     write-up's ``layers.1[0-9].attention.rope`` selects exactly layers 10 to 19 that exist:
     none when L <= 10, fewer when L < 20, never 1 or 100-119, and only their RoPE."""
     model = trainer_config(n_layers).model_spec.model
-    lines = apply([register([WRITEUP_SELECTOR])], model)
+    lines = apply([register([WRITEUP_SELECTOR]).entry], model)
     expect_equal(replaced_layers(model), writeup_layers(n_layers),
                  f"{WRITEUP_SELECTOR} on a {n_layers}-layer model selects layers 10..19", detail="\n".join(lines))
     expect(only_ropes_replaced(lines), "only attention.rope nodes are replaced", "attention.rope", lines)
@@ -146,7 +157,7 @@ def test_writeup_selector_under_trainer(platform, n_layers):
     the ``Trainer.Config`` root, so the bare selector matches nothing and only warns: a
     known deviation, listed in the stack's expectations file."""
     config = trainer_config(n_layers)
-    lines = apply([register([WRITEUP_SELECTOR])], config)
+    lines = apply([register([WRITEUP_SELECTOR]).entry], config)
     expect_equal(replaced_layers(config.model_spec.model), writeup_layers(n_layers),
                  f"{WRITEUP_SELECTOR} under the trainer selects layers 10..19 of {n_layers}",
                  detail="\n".join(lines) or "no replacement lines")
@@ -159,7 +170,7 @@ def test_rooted_selectors_under_trainer(platform, selector, n_layers):
     """The spellings that do select layers 10 to 19 under the trainer: rooted at
     ``model_spec.model``, or with a leading ``*``."""
     config = trainer_config(n_layers)
-    lines = apply([register([selector])], config)
+    lines = apply([register([selector]).entry], config)
     expect_equal(replaced_layers(config.model_spec.model), writeup_layers(n_layers),
                  f"{selector} under the trainer selects layers 10..19 of {n_layers}", detail="\n".join(lines))
     expect(only_ropes_replaced(lines), "only attention.rope nodes are replaced", "attention.rope", lines)
@@ -176,7 +187,7 @@ def test_leading_star_crosses_dots(platform):
         ("*1[0-9].attention.rope", [*range(10, 20), *range(110, 120)]),
     ):
         config = trainer_config(128)
-        lines = apply([register([selector])], config)
+        lines = apply([register([selector]).entry], config)
         expect_equal(replaced_layers(config.model_spec.model), expected,
                      f"{selector} on 128 layers selects {expected[:3]}...{expected[-2:]}")
         expect(only_ropes_replaced(lines), f"{selector} replaces only RoPE nodes (the target class)",
@@ -207,7 +218,7 @@ def test_selector_matches_oracle(platform, selector, n_layers):
     config = trainer_config(n_layers)
     fqns = [fqn for fqn, *_ in config.traverse(RoPE.Config)]
     expected = [int(f.split(".layers.", 1)[1].split(".", 1)[0]) for f in fqns if glob_oracle(selector, f)]
-    apply([register([selector])], config)
+    apply([register([selector]).entry], config)
     expect_equal(replaced_layers(config.model_spec.model), expected,
                  f"selector {selector!r} on {n_layers} layers replaces what the oracle selects")
 
@@ -220,9 +231,9 @@ def test_two_overrides_on_one_node_raise(platform):
     a = register(["*layers.1[0-9].attention.rope"])
     b = register(["*layers.11.attention.rope"])
     with pytest.raises(ValueError) as err:
-        apply([a, b], trainer_config(12))
+        apply([a.entry, b.entry], trainer_config(12))
     message = str(err.value)
-    expected = f"Overrides '{a}' and '{b}' both claim node 'model_spec.model.layers.11.attention.rope'"
+    expected = f"Overrides '{a.name}' and '{b.name}' both claim node 'model_spec.model.layers.11.attention.rope'"
     expect(expected in message, "the conflict names both overrides and the node", expected, message)
 
 
@@ -236,22 +247,33 @@ def test_ancestor_and_descendant_claims_raise(platform):
                      factory=lambda cfg: derive(cfg, attention_cls))
     inner = register(["*layers.11.attention.rope"])
     with pytest.raises(ValueError) as err:
-        apply([outer, inner], config)
+        apply([outer.entry, inner.entry], config)
     message = str(err.value)
-    expect("an ancestor of" in message and "layers.11.attention.rope" in message and outer in message,
+    expect("an ancestor of" in message and "layers.11.attention.rope" in message and outer.name in message,
            "a nested claim names the ancestor and the descendant", "... an ancestor of ...", message)
 
 
-def test_same_target_listed_twice_raises(platform):
-    target = register(["*layers.1.attention.rope"])
-    with pytest.raises(ValueError, match=re.escape(f"Override '{target}' is named by two entries")):
-        apply([target, target], trainer_config(2))
+def test_same_target_listed_twice(platform):
+    """Listing one override twice in ``--override.imports``: where entries are
+    ``module.function`` targets, an error ("is named by two entries"); where entries are
+    modules imported whole (the fork's vintage), the module is imported once and its
+    override applied once (``_resolve_active`` keeps an override whose module is listed)."""
+    registered = register(["*layers.1.attention.rope"])
+    config = trainer_config(2)
+    if detect().function_imports:
+        with pytest.raises(ValueError, match=re.escape(f"Override '{registered.name}' is named by two entries")):
+            apply([registered.entry, registered.entry], config)
+    else:
+        lines = apply([registered.entry, registered.entry], config)
+        expect_equal(replaced_layers(config.model_spec.model), [1], "the override is applied once",
+                     detail="\n".join(lines))
+        expect_equal(len(lines), 1, "one replacement line", detail="\n".join(lines))
 
 
 def test_selector_matching_nothing_warns(platform, caplog):
     """A selector that matches no node: no replacement and the "produced no replacements"
     warning (this is all the write-up's bare selector gets under the trainer)."""
-    target = register([WRITEUP_SELECTOR])
+    target = register([WRITEUP_SELECTOR]).entry
     config = trainer_config(12)
     with caplog.at_level(logging.WARNING):
         lines = apply([target], config)
@@ -263,29 +285,48 @@ def test_selector_matching_nothing_warns(platform, caplog):
 
 
 def test_function_registered_twice_raises(platform):
-    from torchtitan.config import override
+    """Registering the same override again (same ``module.function``, or same name where the
+    API names overrides) raises "is already registered"."""
     from torchtitan.models.common.rope import CosSinRoPE
 
-    target = register(["*"])
-    module, name = target.rsplit(".", 1)
-    fn = getattr(sys.modules[module], name)
+    registered = register(["*"])
+    module, function = registered.name.rsplit(".", 1)
+    fn = getattr(sys.modules[module], function)
     with pytest.raises(ValueError, match="is already registered"):
-        override(target=CosSinRoPE.Config)(fn)
+        detect().register(registered.name, target=CosSinRoPE.Config)(fn)
 
 
 # ----------------------------------------------------------------------------- imports, derive
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ("fixtures.titan.layer_overrides", "names no registered @override"),
-    ("layer_overrides", "must be a 'module.function' path"),
-    ("fixtures.titan.no_such_module.fn", "could not be imported"),
-])
-def test_bad_imports_fail_with_documented_message(platform, entry, message):
-    """``--override.imports`` entries must be ``module.function``: a bare module fails with
-    "names no registered @override", a dotless name and a missing module fail too."""
+# Bad --override.imports entries and the message each API gives (from its own code), by
+# case: 0.3.0 takes module.function targets; the fork's vintage takes modules imported whole.
+BAD_IMPORTS = {  # case -> {function_imports: (entry, message)}
+    "dotless-name": {
+        True: ("layer_overrides", "must be a 'module.function' path"),
+        False: ("layer_overrides", "Failed to import override module 'layer_overrides'"),
+    },
+    "missing-module": {
+        True: ("fixtures.titan.no_such_module.fn", "could not be imported"),
+        False: ("fixtures.titan.no_such_module", "Failed to import override module 'fixtures.titan.no_such_module'"),
+    },
+    "other-api-spelling": {  # each API given the other's spelling of the per-layer override
+        True: ("fixtures.titan.layer_overrides", "names no registered @override"),
+        False: ("fixtures.titan.layer_overrides.star_layers_10_to_19",
+                "Failed to import override module 'fixtures.titan.layer_overrides.star_layers_10_to_19'"),
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_IMPORTS))
+def test_bad_imports_fail_with_documented_message(platform, case):
+    """A bad ``--override.imports`` entry fails with the installed API's own message: on
+    0.3.0 (``module.function`` targets) a bare module fails with "names no registered
+    @override", a dotless name and a missing module fail too; on the fork's vintage (modules)
+    a missing module, or 0.3.0's ``module.function`` spelling, fails to import."""
     import fixtures.titan.layer_overrides  # noqa: F401
 
+    entry, message = BAD_IMPORTS[case][detect().function_imports]
     with pytest.raises((ValueError, ImportError), match=re.escape(message)):
         apply([entry], trainer_config(2))
 
@@ -328,18 +369,22 @@ def test_derive_copies_every_shared_field(platform, fields):
 
 @pytest.mark.slow
 def test_cli_override_log_contract(platform, titan_runs):
-    """A real run with ``--override.imports module.function='{json kwargs}'``: each replaced
-    node gets exactly one ``[Override] name: fqn Old -> New`` line, the kwargs from the
-    command line reach the factory, and the total matches the selected layers (10 and 11 of
-    the cpu tier's 12-layer model)."""
-    run = require_ok(titan_runs.get(LAYERS_10_TO_19))
+    """A real run with ``--override.imports`` naming the per-layer override (with
+    ``='{json kwargs}'`` where the API takes keyword arguments): each replaced node gets
+    exactly one ``[Override] name: fqn Old -> New`` line, the kwargs from the command line
+    reach the factory, and the total matches the selected layers (10 and 11 of the cpu
+    tier's 12-layer model)."""
+    api = detect()
+    run = require_ok(titan_runs.get(layers_10_to_19()))
     n_layers = len(run.resolved_config()["model_spec"]["model"]["layers"])
     selected = writeup_layers(n_layers)
     expect(bool(selected), "the run's model has layers in 10..19", "> 10 layers", n_layers, run)
-    name = LAYERS_10_TO_19.overrides[0].split("=", 1)[0]
+    name = api.logged_name(*LAYER_OVERRIDE, LAYER_OVERRIDE[1])
+    kwargs_note = ("" if not api.function_imports else
+                   " with " + ", ".join(f"{k}={v!r}" for k, v in LAYER_OVERRIDE_KWARGS.items()))
     lines = [l[l.index(probe_files.OVERRIDE_PREFIX):] for l in run.override_lines(name + ":")]
     expected = [f"{probe_files.OVERRIDE_PREFIX}{name}: model_spec.model.layers.{i}.attention.rope "
-                f"CosSinRoPE.Config -> KernelRoPE.Config with tag='from-cli'" for i in selected]
-    expect_equal(lines, expected, "one line per replaced node, kwargs from the CLI included", run)
+                f"CosSinRoPE.Config -> KernelRoPE.Config{kwargs_note}" for i in selected]
+    expect_equal(lines, expected, "one line per replaced node, kwargs from the CLI included where the API takes them", run)
     expect_equal(probe_files.applied_count(run.log_text(0)), len(selected),
                  "the total matches the selected layers", run)

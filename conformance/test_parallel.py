@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.contract import expect, expect_close_series, expect_equal, require_ok
+from fixtures.titan.api import detect
 from fixtures.run_definitions import tensor_parallel
 
 pytestmark = pytest.mark.parallel
@@ -55,9 +56,13 @@ def test_rope_kernel_wrapper_under_tp_is_right_or_refuses(platform, titan_runs, 
 
 @pytest.mark.slow
 def test_rope_kernel_wrapper_refuses_dtensor(platform, titan_runs):
-    """Under a DTensor SPMD backend (``partial_dtensor``), q/k reach the wrapper as DTensors:
-    the run fails with the wrapper's error naming tensor parallel and DTensor, not a number."""
-    run = titan_runs.get(tensor_parallel(platform, kernel_rope=True, spmd_backend="partial_dtensor"))
+    """Under a DTensor SPMD backend (``partial_dtensor`` on 0.3.0, ``default`` at the fork's
+    vintage: ``fixtures.titan.api``), q/k reach the wrapper as DTensors: the run fails with
+    the wrapper's error naming tensor parallel and DTensor, not a number."""
+    backend = detect().dtensor_tp_backend
+    expect(backend is not None, "the installed torchtitan offers a DTensor SPMD backend",
+           "partial_dtensor or default", backend)
+    run = titan_runs.get(tensor_parallel(platform, kernel_rope=True, spmd_backend=backend))
     expect(not run.ok, "the run refuses DTensor q/k", "a failed run", "a run that trained", run)
     log = run.all_logs("stderr")
     expect("TensorParallelUnsupported" in log and "tensor parallel" in log and "DTensor" in log,

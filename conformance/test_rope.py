@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from fixtures.contract import expect, expect_close_series, expect_equal, require_ok
 from fixtures.kernels import adapter, preflight, providers, rules
 from fixtures import probe_files
-from fixtures.run_definitions import DENSE_NATIVE, dense_native_kernel_rope
+from fixtures.run_definitions import DENSE_NATIVE, dense_native_kernel_rope, kernel_rope_override
+from fixtures.titan.api import detect
 from fixtures.runs import RunSpec
 
 pytestmark = pytest.mark.rope
@@ -70,13 +71,13 @@ def test_seq_len_rule(platform, seq, lnc):
            "the suggested lengths are valid and bracket the request", (below, seq, above), message)
 
 
-@given(seq=st.integers(min_value=1, max_value=9000), lnc=st.sampled_from([1, 2]))
-def test_bad_seq_len_rejected_before_launch(platform, titan_runs, seq, lnc):
-    """A run whose kernel override cannot take its sequence length is refused by the
-    harness before any torchrun process starts."""
-    assume(seq % (128 * lnc) != 0)
-    override = f'{preflight.KERNEL_OVERRIDE}={{"provider": "{platform.kernel_provider}", "lnc": {lnc}}}'
-    spec = RunSpec(config="dense_native", steps=1, overrides=(override,),
+@given(seq=st.integers(min_value=1, max_value=9000))
+def test_bad_seq_len_rejected_before_launch(platform, titan_runs, seq):
+    """A run whose kernel override cannot take its sequence length at the runtime's LNC
+    (the tier's ``kernel_lnc``) is refused by the harness before any torchrun process
+    starts."""
+    assume(seq % (128 * platform.kernel_lnc) != 0)
+    spec = RunSpec(config="dense_native", steps=1, overrides=(kernel_rope_override(),),
                    args=("--training.seq_len", str(seq)))
     with pytest.raises(rules.RopeShapeError, match=r"128 \* LNC"):
         titan_runs.get(spec)
@@ -297,12 +298,16 @@ def test_bfloat16_parity_is_measured(platform, record_property):
 
 @pytest.mark.slow
 def test_override_replaces_every_layer_once(platform, titan_runs):
-    """``--override.imports`` with the kernel override logs exactly one replacement of
-    ``CosSinRoPE.Config`` by the kernel RoPE per Qwen3 layer, and nothing else."""
+    """``--override.imports`` with the write-up's kernel module logs exactly one replacement
+    of ``CosSinRoPE.Config`` by the kernel RoPE per Qwen3 layer, and nothing else, under the
+    override's name: ``nki_rope`` where the API names overrides (the write-up's log), else
+    its ``module.function`` path."""
     run = require_ok(titan_runs.get(dense_native_kernel_rope(platform)))
     n_layers = len(run.resolved_config()["model_spec"]["model"]["layers"])
     log = run.log_text(0)
-    lines = run.override_lines(preflight.KERNEL_OVERRIDE)
+    name = detect().logged_name(preflight.KERNEL_MODULE, preflight.KERNEL_FUNCTION,
+                              preflight.KERNEL_OVERRIDE_NAME)
+    lines = run.override_lines(name + ":")
     layers = probe_files.override_layers(lines)
     expect_equal(layers, list(range(n_layers)), "one replacement line per Qwen3 layer", run,
                  detail="\n".join(lines))

@@ -66,7 +66,13 @@ def test_malformed_line_is_rejected(tmp_path, line):
 def test_stack_id_comes_from_installed_versions():
     found = {"torch": "2.14.1", "torchtitan": "0.3.0", "python": "3.11.7"}
     assert stack.stack_id("cpu", found) == "cpu-torch2.14-titan0.3"
-    found = {"torch": "2.14.0+neuron", "torchtitan": "0.2.2+neuron.1", "python": "3.11.7"}
+    # the Neuron fork, an editable checkout reporting upstream's version
+    found = {"torch": "2.14.0+neuron", "torchtitan": "0.2.2", "torchtitan_build": None, "python": "3.12.3"}
     assert stack.stack_id("trn2", found) == "trn2-torch2.14-titan0.2"
+    # upstream main at the fork's vintage: from the wheelhouse (local label) or the git URL
+    found = {"torch": "2.14.1", "torchtitan": "0.2.2+git5059f32", "python": "3.11.7"}
+    assert stack.stack_id("cpu", found) == "cpu-torch2.14-titan0.2+git5059f32"
+    found = {"torch": "2.14.1", "torchtitan": "0.2.2", "torchtitan_build": "git5059f32", "python": "3.11.7"}
+    assert stack.stack_id("cpu", found) == "cpu-torch2.14-titan0.2+git5059f32"
     # The committed reference file matches this machine's installed stack.
     assert (expectations.EXPECTATIONS_DIR / f"{stack.stack_id('cpu')}.txt").exists()

@@ -121,3 +121,17 @@ def test_trn2_pins_are_data_marked_unverified():
     assert data["verified_on_hardware"] is False
     assert data["packages"]["torch-neuronx"] == "2.14.3.0"
     assert data["packages"]["torch"] == "2.14.0"
+
+
+def test_gate_compares_like_with_like(baseline):
+    """A session of another stack (the fork's vintage against the 0.3.0 baseline) fails the
+    gate naming both stacks and the baseline to use; ``auto`` picks the session's own."""
+    run = copy.deepcopy(baseline)
+    run["stack_id"] = {**run["stack_id"], "cpu": "cpu-torch2.14-titan0.2+git5059f32"}
+    result = gate.compare(baseline, run)
+    assert not result.ok
+    assert "belongs to stack cpu-torch2.14-titan0.3" in result.text()
+    assert "reports/baselines/cpu-torch2.14-titan0.2+git5059f32.json" in result.text()
+    assert gate.baseline_for(run).name == "cpu-torch2.14-titan0.2+git5059f32.json"
+    missing = gate.compare_with_file(REPO / "reports" / "baselines" / "no-such-stack.json", run)
+    assert not missing.ok and "no committed baseline" in missing.text()

@@ -58,3 +58,55 @@ def test_pypi_torch_replacing_neuron_build_is_caught(site):
 
 def test_not_installed_is_not_a_placeholder():
     assert inventory.placeholder_problem("torchtitan-neuron", "torchtitan_neuron") is None
+
+
+def test_nkilib_finding_names_the_active_library_and_a_mismatch():
+    """Bundled active: no finding. The standalone nki-library active (it replaced the bundled
+    one on import) at another version than the compiler bundles: a mismatch naming both and
+    the remedy. Nothing importable: said so, with the import error."""
+    bundled = {"module": "nkilib", "version": "2.33.0", "file": "/x/neuronxcc/nkilib/__init__.py"}
+    standalone = {"module": "nkilib_src.nkilib", "version": "0.1.0+gd4920de", "file": "/x/nkilib_src/nkilib/__init__.py"}
+    found = inventory.nkilib_finding(bundled, bundled, "0.1.0+gd4920de", "1")
+    assert found["active"] == "bundled in neuronx-cc" and found["mismatch"] is None
+    assert found["force_bundled"] == "1"
+    found = inventory.nkilib_finding(standalone, bundled, "0.1.0+gd4920de", None)
+    assert found["active"] == "standalone nki-library"
+    assert "0.1.0+gd4920de" in found["mismatch"] and "2.33.0" in found["mismatch"]
+    assert "NKILIB_FORCE_BUNDLED_LIBRARY=1" in found["mismatch"]
+    same = {**standalone, "version": "2.33.0"}
+    assert inventory.nkilib_finding(same, bundled, "2.33.0", None)["mismatch"] is None
+    found = inventory.nkilib_finding({"error": "ModuleNotFoundError: No module named 'nkilib'"}, {}, None, None)
+    assert found["active"].startswith("none (ModuleNotFoundError")
+
+
+def test_override_api_is_detected_by_its_signature_and_parser(monkeypatch):
+    """The override API vintage comes from what torchtitan's override module offers: a
+    positional ``name`` (the fork's vintage) and the ``module.function`` entry parser (0.3.0)."""
+    import importlib
+    import types
+
+    from fixtures.titan import api as override_api
+
+    def named(name, *, target, fqns=None, description="", exact=False): ...
+
+    def unnamed(*, target, fqns=None, description="", exact=False): ...
+
+    for fn, parser, expected in ((named, None, "override API: named, module imports"),
+                                 (unnamed, lambda tokens: tokens,
+                                  "override API: named by module.function, module.function imports with keyword arguments")):
+        fake = types.SimpleNamespace(override=fn, **({"parse_cli_imports": parser} if parser else {}))
+        monkeypatch.setattr(importlib, "import_module", lambda name, fake=fake: fake)
+        override_api.detect.cache_clear()
+        try:
+            assert override_api.detect().describe().startswith(expected)
+        finally:
+            monkeypatch.undo()
+            override_api.detect.cache_clear()
+    api = override_api.OverrideAPI(named=True, function_imports=False)
+    assert api.entry("my_neuron_kernels", "nki_rope") == "my_neuron_kernels"
+    assert api.logged_name("my_neuron_kernels", "nki_rope", "nki_rope") == "nki_rope"
+    with pytest.raises(override_api.KwargsNotSupported):
+        api.entry("m", "f", {"tag": "x"})
+    api = override_api.OverrideAPI(named=False, function_imports=True)
+    assert api.entry("m", "f", {"tag": "x"}) == 'm.f={"tag": "x"}'
+    assert api.logged_name("my_neuron_kernels", "nki_rope", "nki_rope") == "my_neuron_kernels.nki_rope"

@@ -142,7 +142,8 @@ def test_trn2_launch_line_has_64_ranks_and_lnc_env(tmp_path):
     assert argv[argv.index("--training.seq_len") + 1] == "4096"
     assert plan.env[topology.LNC_ENV] == "2"
     assert plan.env[platforms.MODEL_DIR_ENV] == str(platform.model_dir)
-    assert plan.env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
+    # the write-up's module folder (``my_neuron_kernels`` by its bare name), then the repository
+    assert plan.env["PYTHONPATH"].split(os.pathsep)[:2] == [str(runs.WRITEUP_MODULES_DIR), str(REPO)]
 
 
 def test_two_agents_on_one_host_split_the_cores(tmp_path):

@@ -13,9 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from reports.gate import baseline_for
 from reports.pins import NotTrusted, read_report, trusted
-
-BASELINES = Path(__file__).resolve().parent / "baselines"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(tiers) != 1:
         print(f"not a baseline: a baseline covers one tier, this report has {tiers}", file=sys.stderr)
         return 1
-    target = BASELINES / f"{report['stack_id'][tiers[0]]}.json"
+    target = baseline_for(report)
     target.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {target} ({len(report['contracts'])} contracts)")
     return 0

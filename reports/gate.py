@@ -29,18 +29,21 @@ class GateResult:
     newly_skipped: list[str] = field(default_factory=list)
     incomplete: bool = False
     evidence_mismatch: str | None = None  # a rehearsal compared as trn2 evidence, or the reverse
+    stack_mismatch: str | None = None  # a baseline of another stack (compare like with like)
     baseline_stack: str | None = None
 
     @property
     def ok(self) -> bool:
         return not (self.drift or self.newly_failing or self.missing or self.newly_skipped
-                    or self.incomplete or self.evidence_mismatch)
+                    or self.incomplete or self.evidence_mismatch or self.stack_mismatch)
 
     def text(self) -> str:
         out = [f"gate: {'PASS' if self.ok else 'FAIL'}"
                + (f" (baseline of stack {self.baseline_stack})" if self.baseline_stack else "")]
         if self.evidence_mismatch:
             out.append(f"  {self.evidence_mismatch}")
+        if self.stack_mismatch:
+            out.append(f"  {self.stack_mismatch}")
         if self.incomplete:
             out.append("  the run's report is incomplete (interrupted session)")
         for name, before, after in self.drift:
@@ -64,6 +67,13 @@ def compare(baseline: dict, run: dict) -> GateResult:
             "a Neuron dress rehearsal (CPU stand-ins) is not trn2 evidence and cannot be gated "
             "against a real baseline" if run.get("rehearsal") else
             "the baseline is a Neuron dress rehearsal (CPU stand-ins), not evidence for this session")
+    run_stacks = {t: run.get("stack_id", {}).get(t) for t in run.get("platforms", [])}
+    base_stacks = {t: baseline.get("stack_id", {}).get(t) for t in run.get("platforms", [])}
+    if run_stacks != base_stacks:
+        names = ", ".join(sorted(filter(None, run_stacks.values()))) or "?"
+        result.stack_mismatch = (
+            f"the baseline belongs to stack {result.baseline_stack or '?'} and this session is "
+            f"stack {names}: compare like with like (reports/baselines/{names}.json)")
     before = baseline["inventory"]["packages"] | {"python": baseline["inventory"]["python"]}
     after = run["inventory"]["packages"] | {"python": run["inventory"]["python"]}
     for name in sorted(set(before) | set(after)):
@@ -81,6 +91,27 @@ def compare(baseline: dict, run: dict) -> GateResult:
         elif was in BAD and now[nodeid] in GOOD:
             result.newly_passing.append(nodeid)
     return result
+
+
+BASELINES = Path(__file__).resolve().parent / "baselines"
+
+
+def baseline_for(report: dict) -> Path:
+    """The committed baseline of the report's stack (one tier per gated session)."""
+    stacks = sorted({report["stack_id"][t] for t in report.get("platforms", [])})
+    return BASELINES / f"{stacks[0] if len(stacks) == 1 else '+'.join(stacks) or 'no-tier'}.json"
+
+
+def compare_with_file(path: Path, report: dict) -> GateResult:
+    """``compare`` with a baseline file; a missing file is a failed gate that says so."""
+    import json
+
+    if not path.is_file():
+        result = GateResult(incomplete=not report.get("complete", False))
+        result.stack_mismatch = (f"no committed baseline at {path}: promote a known-good session of "
+                                 "this stack with `python -m reports.baseline REPORT_DIR`")
+        return result
+    return compare(json.loads(path.read_text()), report)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,13 +53,7 @@ def torch_build() -> str:
 
 def editable_commit(dist: str) -> str | None:
     """The git commit of a distribution installed from a checkout (``pip install -e``)."""
-    try:
-        raw = metadata.distribution(dist).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None
-    if not raw:
-        return None
-    url = json.loads(raw).get("url", "")
+    url = stack.direct_url(dist).get("url", "")
     if not url.startswith("file://") or shutil.which("git") is None:
         return None
     proc = subprocess.run(["git", "-C", url[len("file://"):], "rev-parse", "HEAD"],
@@ -157,14 +151,12 @@ def torchtitan_origin() -> dict:
     -e .``, so it reports itself as ``torchtitan`` with upstream's version): its URL,
     commit, version label, and whether ``torchtitan_neuron`` is importable beside it."""
     import importlib.util
-    import json as _json
 
     try:
         dist = metadata.distribution("torchtitan")
     except metadata.PackageNotFoundError:
         return {"source": "not installed"}
-    direct = dist.read_text("direct_url.json")
-    info = _json.loads(direct) if direct else {}
+    info = stack.direct_url("torchtitan")
     version = dist.version
     return {
         "source": "repository" if info.get("vcs_info") or info.get("dir_info", {}).get("editable")
@@ -177,15 +169,95 @@ def torchtitan_origin() -> dict:
     }
 
 
+_NKILIB_PROBE = (
+    "import json\n"
+    "out = {}\n"
+    "try:\n"
+    "    import nkilib\n"
+    "    out['module'] = nkilib.__name__\n"
+    "    out['file'] = getattr(nkilib, '__file__', None)\n"
+    "    try:\n"
+    "        from nkilib.version import __version__ as version\n"
+    "    except Exception:\n"
+    "        version = None\n"
+    "    out['version'] = version\n"
+    "except Exception as exc:\n"
+    "    out['error'] = f'{type(exc).__name__}: {exc}'\n"
+    "print(json.dumps(out))\n"
+)
+FORCE_BUNDLED_ENV = "NKILIB_FORCE_BUNDLED_LIBRARY"
+
+
+def _probe_nkilib(force_bundled: bool) -> dict:
+    """What ``import nkilib`` gives, in a subprocess (as the ranks would import it)."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    if force_bundled:
+        env[FORCE_BUNDLED_ENV] = "1"
+    proc = subprocess.run([sys.executable, "-c", _NKILIB_PROBE], capture_output=True, text=True,
+                          timeout=300, env=env)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"error": f"the probe exited {proc.returncode}: {proc.stderr[-300:]}"}
+
+
+def nkilib_finding(active: dict, bundled: dict, standalone_version: str | None,
+                   force_bundled: str | None) -> dict:
+    """Which nkilib the kernels get and whether it is the compiler's. neuronx-cc bundles
+    ``nkilib``; an installed standalone ``nki-library`` (module ``nkilib_src.nkilib``)
+    replaces it on import unless ``NKILIB_FORCE_BUNDLED_LIBRARY`` is truthy, and the Neuron
+    docs warn it "isn't guaranteed to match your compiler version" (CONTRACTS.md)."""
+    module = active.get("module")
+    which = ("standalone nki-library" if module == "nkilib_src.nkilib" else
+             "bundled in neuronx-cc" if module == "nkilib" else f"none ({active.get('error', 'not importable')})")
+    problem = None
+    if module == "nkilib_src.nkilib" and bundled.get("module") == "nkilib" \
+            and bundled.get("version") != active.get("version"):
+        problem = (f"the standalone nki-library {active.get('version')} is active but the compiler "
+                   f"bundles nkilib {bundled.get('version')}: it isn't guaranteed to match the "
+                   f"compiler; uninstall nki-library or set {FORCE_BUNDLED_ENV}=1")
+    return {"active": which, "active_version": active.get("version"), "active_file": active.get("file"),
+            "bundled_version": bundled.get("version") if bundled.get("module") == "nkilib" else None,
+            "standalone_nki_library": standalone_version, "force_bundled": force_bundled,
+            "mismatch": problem}
+
+
+def nkilib_active() -> dict:
+    import os
+
+    active = _probe_nkilib(force_bundled=False)
+    bundled = _probe_nkilib(force_bundled=True) if active.get("module") == "nkilib_src.nkilib" else active
+    return nkilib_finding(active, bundled, stack.installed_version("nki-library"),
+                          os.environ.get(FORCE_BUNDLED_ENV))
+
+
+def titan_api() -> dict:
+    """The torchtitan API vintage detected by what the installed package offers (its version
+    string does not say: upstream main was ``0.2.2`` for six months)."""
+    try:
+        from fixtures.titan.api import detect
+
+        api = detect()
+    except Exception as exc:  # torchtitan missing or broken: say so, the report still gets written
+        return {"override_api": f"not detected ({type(exc).__name__}: {exc})"}
+    return {"override_api": api.describe(), "named_overrides": api.named,
+            "function_imports": api.function_imports}
+
+
 def inventory() -> dict:
     found = stack.versions()
     return {
         "python": found["python"],
         "python_executable": sys.executable,
-        "packages": {k: v for k, v in found.items() if k != "python"},
+        "packages": {k: v for k, v in found.items() if k not in ("python", "torchtitan_build")},
+        "torchtitan_build": found.get("torchtitan_build"),
         "torch_build": torch_build(),
         "torchtitan_neuron_commit": editable_commit("torchtitan-neuron"),
         "torchtitan_origin": torchtitan_origin(),
+        "torchtitan_api": titan_api(),
+        "nkilib": nkilib_active(),
         "system_packages": deb_versions(),
         "neuron_driver": neuron_driver_version(),
     }

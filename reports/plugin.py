@@ -35,7 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="where the session report goes (default reports/out/<session id>)")
     group.addoption("--gate-baseline", default=None,
                     help="compare this session's report with a baseline report.json and fail "
-                         "the session on drift, new failures, missing or newly skipped contracts")
+                         "the session on drift, new failures, missing or newly skipped contracts; "
+                         "'auto': the committed baseline of this session's stack, "
+                         "reports/baselines/<stack id>.json")
 
 
 def report_dir(config: pytest.Config) -> Path:
@@ -179,6 +181,8 @@ class _Collector:
                     rec["runs"].append(run)
             elif name in ("repro_bundle", "expectation", "tier", "area"):
                 rec[name] = value
+            else:  # figures a contract measured (record_property): errors, losses, dtypes
+                rec.setdefault("measured", {})[name] = value if isinstance(value, (int, float, bool)) else str(value)
         if "[" in report.nodeid:
             rec["parameters"] = report.nodeid.split("[", 1)[1].rstrip("]")
 
@@ -212,6 +216,9 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
         "not_covered": [n for n in plugin.not_covered(config)
                         if n["tier"].split(" ", 1)[0] in {r["tier"] for r in config._conformance_records.values()}],
         "inventory": inventory.inventory(),
+        "stack_preflight": [{"tier": c.platform.name, **c.preflight_result.to_json()}
+                            for c in getattr(config, "_conformance_run_caches", [])
+                            if c.preflight_result is not None],
         "markexpr": config.option.markexpr,
         "contracts": sorted(config._conformance_records.values(), key=lambda r: r["nodeid"]),
         "runs": run_records,
@@ -234,7 +241,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if baseline_path:
         from reports import gate
 
-        gate_result = gate.compare(json.loads(Path(baseline_path).read_text()), report)
+        if baseline_path == "auto":
+            baseline_path = gate.baseline_for(report)
+        gate_result = gate.compare_with_file(Path(baseline_path), report)
         (report_dir(config) / "gate.txt").write_text(gate_result.text())
         if not gate_result.ok and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -249,5 +258,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state = "complete" if not interrupted else "INCOMPLETE (interrupted)"
         reporter.write_line("")
         reporter.write_sep("-", f"conformance report ({state}): {report_dir(config)} ({size / 1e6:.1f} MB)")
+        for found in report["stack_preflight"]:
+            if not found["ok"]:
+                reporter.write_line(found["message"], red=True)
         if gate_result is not None:
             reporter.write_line(gate_result.text(), red=not gate_result.ok, green=gate_result.ok)

@@ -55,6 +55,9 @@ def render(report: dict, gate_result=None) -> str:
                   "CPU evidence only, never trn2 evidence.**", ""]
     if not report["complete"]:
         lines += ["**INCOMPLETE: the session was interrupted; only finished contracts are listed.**", ""]
+    for found in report.get("stack_preflight", []):
+        if not found["ok"]:
+            lines += ["**STACK PREFLIGHT FAILED: no run was launched.**", "", "```", found["message"], "```", ""]
     totals = Counter(c["outcome"] for c in contracts)
     lines += [
         f"Tiers: {', '.join(report['platforms']) or 'none'}; selection `-m {report['markexpr']}`; "
@@ -66,6 +69,14 @@ def render(report: dict, gate_result=None) -> str:
     rows = [[name, version or "not installed"] for name, version in inv["packages"].items()]
     rows.append(["python", inv["python"]])
     rows.append(["torch build", inv["torch_build"]])
+    if inv.get("torchtitan_build"):
+        rows.append(["torchtitan build", inv["torchtitan_build"]])
+    if inv.get("nkilib"):
+        nk = inv["nkilib"]
+        rows.append(["nkilib active", f"{nk['active']} {nk.get('active_version') or ''}".strip()
+                     + (f" (MISMATCH: {nk['mismatch']})" if nk.get("mismatch") else "")])
+    if inv.get("torchtitan_api"):
+        rows.append(["torchtitan API", inv["torchtitan_api"]["override_api"]])
     lines += _table(["package", "version"], rows) + [""]
 
     by_area: dict[str, Counter] = defaultdict(Counter)

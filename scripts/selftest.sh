@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Set up .venv (if needed) and run the suite's own tests: meta_tests/ plus the cpu tier, then
-# the Neuron dress rehearsal (the trn2 tier on CPU against stand-ins of the Neuron layer:
-# CPU evidence only, never trn2 evidence). Extra arguments go to both pytest sessions.
+# Set up the venvs (if needed) and run the suite's own tests:
+#   1. meta_tests/ plus the cpu tier on the reference stack (torchtitan 0.3.0, .venv);
+#   2. the cpu tier on the fork's-vintage stack (torchtitan main at 5059f32c5,
+#      .venv-titan-5059f32): every cpu contract, against that stack's expectations file;
+#   3. the Neuron dress rehearsal (the trn2 tier on CPU against stand-ins of the Neuron
+#      layer: CPU evidence only, never trn2 evidence) on the reference stack.
+# Extra arguments go to every pytest session. Exits with the first non-zero status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup-venv.sh || exit $?
-.venv/bin/python -m pytest meta_tests conformance -m "cpu or meta" --report-dir reports/out/selftest "$@"
+venv=$(bash scripts/setup-venv.sh titan-0.3.0) || exit $?
+fork_venv=$(bash scripts/setup-venv.sh titan-5059f32) || exit $?
+"$venv/bin/python" -m pytest meta_tests conformance -m "cpu or meta" --report-dir reports/out/selftest "$@"
 first=$?
-.venv/bin/python -m pytest conformance -m trn2 --neuron-dress-rehearsal --report-dir reports/out/rehearsal "$@"
+"$fork_venv/bin/python" -m pytest conformance -m cpu --report-dir reports/out/selftest-titan-5059f32 "$@"
 second=$?
-echo "selftest: cpu tier and meta tests exit ${first}; Neuron dress rehearsal exit ${second}"
-if [ "$first" -ne 0 ]; then exit "$first"; fi
-exit "$second"
+"$venv/bin/python" -m pytest conformance -m trn2 --neuron-dress-rehearsal --report-dir reports/out/rehearsal "$@"
+third=$?
+echo "selftest: cpu tier and meta tests exit ${first}; cpu tier on torchtitan 5059f32c5 exit ${second};" \
+     "Neuron dress rehearsal exit ${third}"
+for status in "$first" "$second" "$third"; do
+  if [ "$status" -ne 0 ]; then exit "$status"; fi
+done
+exit 0

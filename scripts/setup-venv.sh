@@ -1,19 +1,79 @@
 #!/usr/bin/env bash
-# Create .venv at the repository root and install the pinned CPU reference stack.
-# Idempotent: does nothing when .venv already matches pyproject.toml and the constraints.
+# Create the virtual environment of one CPU reference stack and install it, pinned exactly.
+#
+#   bash scripts/setup-venv.sh [STACK]
+#
+# STACK (default titan-0.3.0):
+#   titan-0.3.0    .venv                 torch 2.14.1, transformers 5.23.0, torchtitan 0.3.0 (PyPI)
+#   titan-5059f32  .venv-titan-5059f32   the same with torchtitan built from upstream main at
+#                                        5059f32c5 (2026-07-20), the API vintage of the Neuron fork
+# Both stacks also get the kernel vendor's pure-torch RoPE reference (nki-library at d2ad3a5).
+#
+# The two packages no reachable index serves at the needed commit come from a wheelhouse
+# folder when one is given (CONFORMANCE_WHEELHOUSE, or ../shared/wheels when it exists)
+# and otherwise from their git repositories (needs internet access).
+# Idempotent: does nothing when the venv already matches pyproject.toml, the constraints and
+# the sources of those two packages. Prints the venv's path on stdout (all else on stderr).
 set -euo pipefail
+exec 3>&1 1>&2
 cd "$(dirname "$0")/.."
+STACK=${1:-titan-0.3.0}
 PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed, found " + sys.version.split()[0])'
-want=$(cat pyproject.toml requirements/cpu-constraints.txt | sha256sum | cut -c1-16)
-if [ -f .venv/.installed ] && [ "$(cat .venv/.installed)" = "$want" ]; then
+
+TITAN_GIT="torchtitan @ git+https://github.com/pytorch/torchtitan@5059f32c5"
+NKILIB_GIT="nki-library @ git+https://github.com/aws-neuron/nki-library@d2ad3a5"
+case "$STACK" in
+  titan-0.3.0)   venv=.venv;               constraints=requirements/cpu-constraints.txt ;;
+  titan-5059f32) venv=.venv-titan-5059f32; constraints=requirements/cpu-titan-5059f32-constraints.txt ;;
+  *) echo "setup-venv: unknown stack '$STACK' (titan-0.3.0 or titan-5059f32)" >&2; exit 2 ;;
+esac
+
+wheelhouse=${CONFORMANCE_WHEELHOUSE:-}
+if [ -z "$wheelhouse" ] && [ -d ../shared/wheels ]; then wheelhouse=../shared/wheels; fi
+if [ -n "$wheelhouse" ]; then
+  titan_src=$(ls "$wheelhouse"/torchtitan-0.2.2+git5059f32-*.whl 2>/dev/null | head -1 || true)
+  nkilib_src=$(ls "$wheelhouse"/nki_library-*+gd4920de-*.whl 2>/dev/null | head -1 || true)
+  if [ -z "$titan_src" ] || [ -z "$nkilib_src" ]; then
+    echo "setup-venv: wheelhouse $wheelhouse lacks torchtitan-0.2.2+git5059f32 or nki_library-*+gd4920de" >&2
+    exit 2
+  fi
+  if [ -f "$wheelhouse/SHA256SUMS" ]; then
+    (cd "$wheelhouse" && sha256sum --quiet -c SHA256SUMS) || {
+      echo "setup-venv: a wheel in $wheelhouse does not match its SHA256SUMS" >&2; exit 2; }
+  fi
+  sources="$(sha256sum "$titan_src" "$nkilib_src" | cut -c1-64)"
+else
+  titan_src=$TITAN_GIT
+  nkilib_src=$NKILIB_GIT
+  sources="$TITAN_GIT $NKILIB_GIT"
+fi
+
+want=$(cat pyproject.toml "$constraints" scripts/setup-venv.sh <(echo "$STACK $sources") | sha256sum | cut -c1-16)
+if [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$want" ]; then
+  echo "$venv" >&3
   exit 0
 fi
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+echo "setup-venv: building $venv for stack $STACK (wheels from ${wheelhouse:-their git repositories})" >&2
+[ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 # torch 2.14.1 first: a CUDA build that runs without a GPU; on these machines pip takes it
 # (and the nvidia wheels) from local disk. The constraints pin every transitive package.
-"${pip[@]}" -c requirements/cpu-constraints.txt torch==2.14.1 nvidia-nvjitlink cuda-pathfinder
-"${pip[@]}" -c requirements/cpu-constraints.txt -e ".[cpu]"
-.venv/bin/python -m pip check
-echo "$want" > .venv/.installed
+"${pip[@]}" -c "$constraints" torch==2.14.1 nvidia-nvjitlink cuda-pathfinder
+case "$STACK" in
+  titan-0.3.0)   "${pip[@]}" -c "$constraints" -e ".[cpu]" ;;
+  # torchtitan's own dependencies resolve under the constraints (spmd_types 0.2.1 there).
+  titan-5059f32) "${pip[@]}" -c "$constraints" -e . torch==2.14.1 transformers==5.23.0 triton==3.8.0 "$titan_src" ;;
+esac
+# nki-library declares neuronx-cc, neuronx-cc-stubs and nki, which exist only on AWS's
+# index (their PyPI names are placeholders); its torch reference needs torch alone.
+"${pip[@]}" --no-deps "$nkilib_src"
+# pip check must pass, except for exactly those three Neuron-only requirements.
+check=$("$venv/bin/python" -m pip check 2>&1 || true)
+unexpected=$(printf '%s\n' "$check" | grep -v -E '^No broken requirements found\.$|^nki-library [^ ]+ requires (neuronx-cc|neuronx-cc-stubs|nki), which is not installed\.$' | grep -v '^$' || true)
+if [ -n "$unexpected" ]; then
+  printf 'setup-venv: pip check failed for %s:\n%s\n' "$venv" "$unexpected" >&2
+  exit 1
+fi
+echo "$want" > "$venv/.installed"
+echo "$venv" >&3

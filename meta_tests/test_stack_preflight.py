@@ -1,0 +1,56 @@
+"""The stack preflight: a stack whose ranks cannot import fails every launch-needing
+contract at once with one message, and nothing is launched."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from fixtures import stack_preflight
+from fixtures.platform import cpu_platform
+from fixtures.runs import RunCache, RunSpec
+
+pytestmark = pytest.mark.meta
+
+
+@pytest.fixture
+def broken_module(tmp_path, monkeypatch):
+    """A rank-side module that imports something not installed."""
+    (tmp_path / "conformance_preflight_fake.py").write_text("import no_such_module_for_preflight\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))
+    return "conformance_preflight_fake"
+
+
+def test_preflight_names_the_missing_module(broken_module):
+    found = stack_preflight.check((stack_preflight.ENTRY_MODULE, broken_module), dict(os.environ))
+    assert not found.ok
+    assert f"`import {broken_module}`" in found.message
+    assert "No module named 'no_such_module_for_preflight'" in found.message
+    assert "no run was launched" in found.message
+
+
+def test_preflight_passes_on_this_stack():
+    assert stack_preflight.check((stack_preflight.ENTRY_MODULE,), dict(os.environ)).ok
+
+
+def test_importer_and_its_undeclared_requirement_are_named():
+    """As on a CPU-only torch without triton: the file that imports the missing module, its
+    package, and that the package does not declare it."""
+    import torchtitan
+
+    importer = os.path.join(os.path.dirname(torchtitan.__file__), "distributed", "__init__.py")
+    message = stack_preflight.explain({"module": "torchtitan.train", "error": "ModuleNotFoundError: No module named 'triton'",
+                                       "missing": "triton", "frames": [importer]})
+    assert "triton is imported by" in message and "(package torchtitan" in message
+    assert "does not declare it in its requirements: torchtitan should have" in message
+
+
+def test_no_launch_after_a_failed_preflight(tmp_path, broken_module):
+    platform = dataclasses.replace(cpu_platform(), titan_module=broken_module)
+    cache = RunCache(tmp_path / "runs", platform, hf_assets=tmp_path, dataset=tmp_path, asset_key="x")
+    spec = RunSpec(config="dense_native", steps=1)
+    with pytest.raises(stack_preflight.StackPreflightFailed, match="no_such_module_for_preflight"):
+        cache.get(spec)
+    assert not (cache.root / cache.key(spec)).exists()
