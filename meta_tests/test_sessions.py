@@ -132,6 +132,10 @@ def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
     either value; the repro bundle keeps the names, redacted. The session writes nothing
     outside its report and cache folders."""
     report, cache = tmp_path / "report", tmp_path / "cache"
+    # a reused report folder: the previous session's run record and bundle must not leak in
+    (report / "runs").mkdir(parents=True)
+    (report / "runs" / "stale.json").write_text(json.dumps({"key": "stale", "description": "old"}))
+    (report / "repro" / "old_bundle").mkdir(parents=True)
     before = _untracked(REPO)
     proc = subprocess.run(
         _pytest_argv("failing_session.py", report, cache, "-m", "cpu"), cwd=REPO,
@@ -145,6 +149,8 @@ def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
         data = path.read_bytes()
         assert FAKE_HF_TOKEN.encode() not in data, f"HF token leaked into {path}"
         assert FAKE_AWS_SECRET.encode() not in data, f"AWS secret leaked into {path}"
+    assert not (report / "runs" / "stale.json").exists()
+    assert "stale" not in {r["key"] for r in json.loads((report / "report.json").read_text())["runs"]}
     bundles = list((report / "repro").iterdir())
     assert len(bundles) == 1
     bundle = bundles[0]

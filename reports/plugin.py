@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -61,6 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
         directory = Path(chosen) if chosen else runs.REPO_ROOT / "reports" / "out" / runs.session_id()
         directory = directory.resolve()
         directory.mkdir(parents=True, exist_ok=True)
+        # A reused report folder holds the previous session's run records and repro bundles:
+        # this session's report replaces that one, so they must not leak into it.
+        for stale in ("runs", "repro"):
+            shutil.rmtree(directory / stale, ignore_errors=True)
         config._conformance_report_dir = str(directory)
         os.environ[REPORT_DIR_ENV] = str(directory)
         if not config.option.xmlpath:
