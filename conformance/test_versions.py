@@ -8,7 +8,6 @@ same names on PyPI are placeholders whose import raises "WRONG PACKAGE" or finds
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -28,16 +27,9 @@ def test_pip_check_is_clean(platform):
     """``pip check``: every installed distribution's requirements are satisfied, except the
     ones the tier profile allows by name (cpu: nki-library's Neuron-only neuronx-cc,
     neuronx-cc-stubs and nki, which its pure-torch reference does not need)."""
-    import re
-
-    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    line = re.compile(r"^(\S+) \S+ requires (\S+), which is not installed\.$")
-    unexpected = [text for text in (proc.stdout + proc.stderr).splitlines()
-                  if text.strip() and text.strip() != "No broken requirements found."
-                  and not ((m := line.match(text.strip())) and
-                           (m.group(1).lower(), m.group(2).lower()) in platform.unmet_requirements_allowed)]
+    unexpected, output = inventory.pip_check_problems(sys.executable, platform.unmet_requirements_allowed)
     expect_equal(unexpected, [], "pip check reports no broken requirement but the allowed ones",
-                 detail=proc.stdout + proc.stderr)
+                 detail=output)
 
 
 @pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)

@@ -54,3 +54,18 @@ def test_no_launch_after_a_failed_preflight(tmp_path, broken_module):
     with pytest.raises(stack_preflight.StackPreflightFailed, match="no_such_module_for_preflight"):
         cache.get(spec)
     assert not (cache.root / cache.key(spec)).exists()
+
+
+def test_missing_api_of_a_dependency_names_the_bound_that_is_not_declared():
+    """As with tyro 0.8.14 under torchtitan 0.3.0: an attribute the importer uses is absent
+    from the installed dependency; the message names the file, its package, the dependency's
+    installed version and how the package declares it."""
+    import torchtitan
+
+    importer = os.path.join(os.path.dirname(torchtitan.__file__), "config", "manager.py")
+    message = stack_preflight.explain({
+        "module": "torchtitan.train", "missing": None, "frames": [importer],
+        "error": "AttributeError: module 'tyro' has no attribute 'constructors'"})
+    assert f"raised in {importer} (package torchtitan" in message
+    assert "which uses tyro " in message
+    assert "torchtitan declares tyro without a version bound" in message

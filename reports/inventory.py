@@ -233,6 +233,26 @@ def nkilib_active() -> dict:
                           os.environ.get(FORCE_BUNDLED_ENV))
 
 
+def pip_check_problems(python: str, allowed: tuple[tuple[str, str], ...] = ()) -> tuple[list[str], str]:
+    """``pip check`` of the environment of ``python``: its complaints less the unmet
+    requirements ``allowed`` names as (distribution, requirement), and its whole output."""
+    import re
+
+    proc = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    line = re.compile(r"^(\S+) \S+ requires (\S+), which is not installed\.$")
+    problems = []
+    for raw in text.splitlines():
+        raw = raw.strip()
+        if not raw or raw == "No broken requirements found.":
+            continue
+        m = line.match(raw)
+        if m and (m.group(1).lower(), m.group(2).lower()) in allowed:
+            continue
+        problems.append(raw)
+    return problems, text
+
+
 def titan_api() -> dict:
     """The torchtitan API vintage detected by what the installed package offers (its version
     string does not say: upstream main was ``0.2.2`` for six months)."""

@@ -1,0 +1,152 @@
+"""The upgrade check's logic on synthetic report pairs (no installs), its candidate
+environment helpers, and one real candidate built and run end to end on a cheap selection."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports import candidate_env, upgrade, upgrade_compare
+from reports.stacks import REPO, STACKS
+
+pytestmark = pytest.mark.meta
+
+
+def _report(outcomes: dict[str, str], **extra) -> dict:
+    contracts = []
+    for nodeid, outcome in outcomes.items():
+        c = {"nodeid": nodeid, "outcome": outcome}
+        if outcome == "xfailed":
+            c["expectation"] = f"cpu-torch2.14-titan0.3.txt:{len(contracts) + 4}"
+        if outcome in ("failed", "xpassed"):
+            c["repro_bundle"] = f"/r/{nodeid}"
+            c["message"] = "[XPASS(strict)] known deviation" if outcome == "xpassed" else "AssertionError"
+        contracts.append(c)
+    return {"complete": True, "session": "s", "stack_id": {"cpu": "cpu-torch2.14-titan0.3"},
+            "contracts": contracts, "runs": [], **extra}
+
+
+CHANGES = [{"name": "transformers", "old": "5.23.0", "new": "5.24.0", "kind": "candidate"},
+           {"name": "httpx2", "old": None, "new": "2.16.2", "kind": "transitive"}]
+
+
+def test_every_outcome_change_is_categorized():
+    base = _report({"a": "passed", "b": "xfailed", "c": "passed", "d": "failed", "e": "passed", "f": "passed"})
+    cand = _report({"a": "passed", "b": "xpassed", "c": "failed", "d": "passed", "e": "skipped", "g": "passed"})
+    result = upgrade_compare.compare(base, cand, CHANGES)
+    got = {c["nodeid"]: c["category"] for c in result["contracts"]}
+    assert got == {"a": "unchanged", "b": "upstream fixed", "c": "newly failing", "d": "newly passing",
+                   "e": "newly skipped", "f": "missing", "g": "new"}
+    by = {c["nodeid"]: c for c in result["contracts"]}
+    assert by["c"]["repro_bundle"] == "/r/c"
+    assert by["b"]["expectation"].startswith("cpu-torch2.14-titan0.3.txt:")
+    assert result["verdict"].startswith("FAIL: 1 newly failing, 1 missing, 1 newly skipped")
+    assert not result["passed"]
+
+
+def test_verdicts():
+    base = _report({"a": "passed", "b": "xfailed"})
+    assert upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}), CHANGES)["verdict"] \
+        == "PASS: the candidate keeps every contract of the baseline"
+    fixed = upgrade_compare.compare(base, _report({"a": "passed", "b": "xpassed"}), CHANGES)
+    assert fixed["passed"] and fixed["verdict"].startswith("PASS once 1 expectations line(s) are deleted")
+    incomplete = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}, complete=False), CHANGES)
+    assert not incomplete["passed"] and "did not complete" in incomplete["verdict"]
+    broken = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}), CHANGES, ["x 1 has requirement y"])
+    assert not broken["passed"] and "pip check fails" in broken["verdict"]
+
+
+def test_figures_and_runs_are_compared():
+    run = {"description": "dense_native steps=10", "ok": True, "launched_in_session": "s",
+           "steps": [{"loss": 6.25, "step_time_s": 9.0, "memory_gib": 1.0},
+                     {"loss": 6.2, "step_time_s": 1.0, "memory_gib": 1.5},
+                     {"loss": 6.1, "step_time_s": 3.0, "memory_gib": 1.2}]}
+    base = _report({"a": "passed"}, runs=[run])
+    base["contracts"][0]["measured"] = {"bf16_max_abs_error": 0.01, "export_manifest": json.dumps(
+        [["w", [2], "float32"]])}
+    cand = _report({"a": "passed"}, runs=[{**run, "steps": [{**run["steps"][0], "loss": 6.5}, *run["steps"][1:]]}])
+    cand["contracts"][0]["measured"] = {"bf16_max_abs_error": 0.02, "export_manifest": json.dumps(
+        [["w", [2], "float16"]])}
+    result = upgrade_compare.compare(base, cand, CHANGES)
+    figures = {m["name"]: (m["before"], m["after"]) for m in result["measured"]}
+    assert figures == {"bf16_max_abs_error": (0.01, 0.02), "exported dtypes": (["float32"], ["float16"])}
+    (r,) = result["runs"]
+    assert r["before"]["step1_loss"] == 6.25 and r["after"]["step1_loss"] == 6.5
+    assert r["before"]["step_time_s"] == 2.0  # steps after the first
+    assert r["before"]["peak_memory_gib"] == 1.5
+    assert result["launches"] == {"baseline": {"runs": 1, "launched": 1}, "candidate": {"runs": 1, "launched": 1}}
+    text = upgrade_compare.render(result, title="t", promote=["cp a b"])
+    assert "| transformers | 5.23.0 | 5.24.0 | candidate |" in text
+    assert "| httpx2 | not installed | 2.16.2 | transitive |" in text
+    assert "6.25 -> 6.5" in text and "## Promote the candidate" in text
+
+
+def test_bisect_attributes_each_flip_to_one_package():
+    baseline = {"a": "passed", "b": "passed", "c": "xfailed", "d": "passed"}
+    candidate = {"a": "failed", "b": "failed", "c": "xpassed", "d": "failed"}
+    single = {"transformers==5.24.0": {"a": "failed", "b": "passed", "c": "xpassed", "d": "passed"},
+              "huggingface_hub==2.4.0": {"a": "passed", "b": "failed", "c": "xpassed", "d": "passed"}}
+    assert upgrade.attribute("a", baseline, candidate, single).startswith("transformers==5.24.0 (passed -> failed")
+    assert upgrade.attribute("b", baseline, candidate, single).startswith("huggingface_hub==2.4.0")
+    assert upgrade.attribute("c", baseline, candidate, single).startswith("each of transformers==5.24.0, huggingface_hub==2.4.0")
+    assert "only together" in upgrade.attribute("d", baseline, candidate, single)
+
+
+def test_pins_must_be_exact():
+    assert candidate_env.parse_pin("Transformers==5.24.0") == ("transformers", "5.24.0")
+    for bad in ("transformers>=5.24", "transformers", "transformers==5.*", "not a pin!"):
+        with pytest.raises(candidate_env.CandidateError):
+            candidate_env.parse_pin(bad)
+    assert candidate_env.candidate_id("s", ["a==1", "b==2"]) == candidate_env.candidate_id("s", ["b==2", "a==1"])
+
+
+def test_constraints_of_a_candidate(tmp_path):
+    trusted = tmp_path / "c.txt"
+    trusted.write_text("huggingface_hub==1.33.0\ntorch==2.14.1\ntransformers==5.23.0\n")
+    changes = [candidate_env.Change("transformers", "5.23.0", "5.24.0", "candidate"),
+               candidate_env.Change("huggingface-hub", "1.33.0", "2.4.0", "candidate"),
+               candidate_env.Change("httpx2", None, "2.16.2", "transitive")]
+    out = tmp_path / "new.txt"
+    candidate_env.write_constraints(trusted, changes, out)
+    assert out.read_text().splitlines() == ["huggingface_hub==2.4.0", "torch==2.14.1", "transformers==5.24.0",
+                                            "httpx2==2.16.2"]
+
+
+def test_clone_shares_files_and_rewrites_scripts(tmp_path):
+    src = tmp_path / "trusted"
+    (src / "bin").mkdir(parents=True)
+    (src / "lib").mkdir()
+    (src / "lib" / "big.bin").write_bytes(b"x" * 1000)
+    (src / "bin" / "tool").write_text(f"#!{src}/bin/python\nprint(1)\n")
+    (src / "pyvenv.cfg").write_text(f"home = /usr/bin\ncommand = python -m venv {src}\n")
+    dst = tmp_path / "candidate"
+    candidate_env.clone_venv(src, dst)
+    assert (dst / "lib" / "big.bin").stat().st_ino == (src / "lib" / "big.bin").stat().st_ino
+    assert (dst / "bin" / "tool").read_text().startswith(f"#!{dst}/bin/python")
+    assert (src / "bin" / "tool").read_text().startswith(f"#!{src}/bin/python")  # trusted untouched
+
+
+def test_stacks_table_is_the_setup_scripts():
+    assert set(STACKS) == {"titan-0.3.0", "titan-5059f32"}
+    assert STACKS["titan-0.3.0"].venv == REPO / ".venv"
+    assert all(s.constraints.exists() for s in STACKS.values())
+
+
+@pytest.mark.slow
+def test_real_candidate_end_to_end(tmp_path):
+    """A real candidate (transformers 5.24.0 over the trusted stack, from the package index)
+    built, its versions contracts run (no launch), compared with the committed baseline."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "reports.upgrade", "--candidate", "transformers==5.24.0",
+                           "--out", str(out), "--", "conformance/test_versions.py", "-m", "cpu", "-q"],
+                          cwd=REPO, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads((out / "upgrade.json").read_text())
+    assert {"name": "transformers", "old": "5.23.0", "new": "5.24.0", "kind": "candidate"} in result["versions"]
+    assert result["contracts"] and all(c["nodeid"].startswith("conformance/test_versions.py") for c in result["contracts"])
+    text = (out / "upgrade.md").read_text()
+    assert "**Verdict: " in text and "| transformers | 5.23.0 | 5.24.0 | candidate |" in text
