@@ -29,21 +29,21 @@ class GateResult:
     newly_skipped: list[str] = field(default_factory=list)
     incomplete: bool = False
     evidence_mismatch: str | None = None  # a rehearsal compared as trn2 evidence, or the reverse
-    stack_mismatch: str | None = None  # a baseline of another stack (compare like with like)
+    baseline_problem: str | None = None  # a baseline of another stack, or none committed
     baseline_stack: str | None = None
 
     @property
     def ok(self) -> bool:
         return not (self.drift or self.newly_failing or self.missing or self.newly_skipped
-                    or self.incomplete or self.evidence_mismatch or self.stack_mismatch)
+                    or self.incomplete or self.evidence_mismatch or self.baseline_problem)
 
     def text(self) -> str:
         out = [f"gate: {'PASS' if self.ok else 'FAIL'}"
                + (f" (baseline of stack {self.baseline_stack})" if self.baseline_stack else "")]
         if self.evidence_mismatch:
             out.append(f"  {self.evidence_mismatch}")
-        if self.stack_mismatch:
-            out.append(f"  {self.stack_mismatch}")
+        if self.baseline_problem:
+            out.append(f"  {self.baseline_problem}")
         if self.incomplete:
             out.append("  the run's report is incomplete (interrupted session)")
         for name, before, after in self.drift:
@@ -71,7 +71,7 @@ def compare(baseline: dict, run: dict) -> GateResult:
     base_stacks = {t: baseline.get("stack_id", {}).get(t) for t in run.get("platforms", [])}
     if run_stacks != base_stacks:
         names = ", ".join(sorted(filter(None, run_stacks.values()))) or "?"
-        result.stack_mismatch = (
+        result.baseline_problem = (
             f"the baseline belongs to stack {result.baseline_stack or '?'} and this session is "
             f"stack {names}: compare like with like (reports/baselines/{names}.json)")
     before = baseline["inventory"]["packages"] | {"python": baseline["inventory"]["python"]}
@@ -108,7 +108,7 @@ def compare_with_file(path: Path, report: dict) -> GateResult:
 
     if not path.is_file():
         result = GateResult(incomplete=not report.get("complete", False))
-        result.stack_mismatch = (f"no committed baseline at {path}: promote a known-good session of "
+        result.baseline_problem = (f"no committed baseline at {path}: promote a known-good session of "
                                  "this stack with `python -m reports.baseline REPORT_DIR`")
         return result
     return compare(json.loads(path.read_text()), report)

@@ -9,6 +9,7 @@ names.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -224,7 +225,10 @@ def nkilib_finding(active: dict, bundled: dict, standalone_version: str | None,
             "mismatch": problem}
 
 
+@functools.cache
 def nkilib_active() -> dict:
+    """Probed once per process: every report write and repro bundle reads the inventory, and
+    on a Neuron host importing nkilib (twice where the standalone is active) takes seconds."""
     import os
 
     active = _probe_nkilib(force_bundled=False)

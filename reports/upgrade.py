@@ -41,7 +41,7 @@ def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def baseline_of(env_python: Path, stack: Stack) -> Path:
+def baseline_of(stack: Stack) -> Path:
     """The committed baseline of the trusted stack (its stack id, asked of its own venv)."""
     proc = subprocess.run([str(stack.venv / "bin" / "python"), "-c",
                            "from fixtures import stack; print(stack.stack_id('cpu'))"],
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         (out / "upgrade.md").write_text(f"# Upgrade check: {', '.join(args.candidate)}\n\n**Verdict: "
                                         f"NOT BUILT**\n\n```\n{exc}\n```\n")
         return 2
-    baseline_path = baseline_of(env.python, stack)
+    baseline_path = baseline_of(stack)
     baseline = json.loads(baseline_path.read_text())
     candidate = run_suite(env, out / "candidate", selection)
     if selection != DEFAULT_SELECTION:  # a partial run: compare only what it ran
