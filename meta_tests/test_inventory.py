@@ -110,3 +110,13 @@ def test_override_api_is_detected_by_its_signature_and_parser(monkeypatch):
     api = override_api.OverrideAPI(named=False, function_imports=True)
     assert api.entry("m", "f", {"tag": "x"}) == 'm.f={"tag": "x"}'
     assert api.logged_name("my_neuron_kernels", "nki_rope", "nki_rope") == "my_neuron_kernels.nki_rope"
+
+
+def test_nkilib_probe_sees_the_path_of_each_call(tmp_path, monkeypatch):
+    """The active nkilib is probed with the path of each call, never a cached answer: the
+    dress rehearsal puts its stand-in nkilib on the path after the session's first report."""
+    assert inventory.nkilib_active()["active"].startswith("none")  # the cpu venv has no nkilib
+    (tmp_path / "nkilib").mkdir()
+    (tmp_path / "nkilib" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert inventory.nkilib_active()["active"] == "bundled in neuronx-cc"

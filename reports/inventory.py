@@ -9,7 +9,6 @@ names.
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import subprocess
@@ -225,10 +224,9 @@ def nkilib_finding(active: dict, bundled: dict, standalone_version: str | None,
             "mismatch": problem}
 
 
-@functools.cache
 def nkilib_active() -> dict:
-    """Probed once per process: every report write and repro bundle reads the inventory, and
-    on a Neuron host importing nkilib (twice where the standalone is active) takes seconds."""
+    """Probed at each call, never cached: the answer depends on the path the call sees (the
+    dress rehearsal puts its stand-in nkilib on it after the session's first report write)."""
     import os
 
     active = _probe_nkilib(force_bundled=False)
