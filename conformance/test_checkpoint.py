@@ -18,7 +18,7 @@ import torch
 
 from fixtures import checkpoints, hf_reference
 from fixtures import platform as platforms
-from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.run_definitions import (
     LOAD_TIED_CONFIG_DTYPE_EXPORT,
     LOAD_TIED_LR0_EXPORT,
@@ -45,7 +45,7 @@ def _manifest(tensors: dict) -> list[list]:
 def test_tied_export_reloads_missing_only_lm_head(platform, titan_runs, record_property):
     """Tied checkpoint in, HF export out, read back with transformers: missing keys exactly
     {lm_head.weight}, none unexpected, and the reloaded lm_head is the embedding."""
-    run = require_ok(titan_runs.get(LOAD_TIED_LR0_EXPORT))
+    run = require_trained(titan_runs.get(LOAD_TIED_LR0_EXPORT))
     source = titan_runs.checkpoints("hf_tied")
     model, result, tensors = hf_reference.reload_with_transformers(run.export_dir(), source)
     record_property("export_manifest", json.dumps(_manifest(tensors)))
@@ -59,7 +59,7 @@ def test_tied_export_reloads_missing_only_lm_head(platform, titan_runs, record_p
 @pytest.mark.slow
 def test_untied_export_reloads_complete(platform, titan_runs, record_property):
     """Untied checkpoint in, export out: nothing missing, nothing unexpected."""
-    run = require_ok(titan_runs.get(LOAD_UNTIED_LR0_EXPORT))
+    run = require_trained(titan_runs.get(LOAD_UNTIED_LR0_EXPORT))
     model, result, tensors = hf_reference.reload_with_transformers(
         run.export_dir(), titan_runs.checkpoints("hf_untied"))
     record_property("export_manifest", json.dumps(_manifest(tensors)))
@@ -85,7 +85,7 @@ def test_zero_step_untied_export_equals_source(platform, titan_runs):
 
 def _zero_step_export_equals_source(titan_runs, spec, which):
     __tracebackhide__ = True
-    run = require_ok(titan_runs.get(spec))
+    run = require_trained(titan_runs.get(spec))
     source = checkpoints.read_tensors(titan_runs.checkpoints(which))
     exported = checkpoints.read_tensors(run.export_dir())
     expected_keys = sorted(k for k in source if not (which == "hf_tied" and k == "lm_head.weight"))
@@ -100,7 +100,7 @@ def _zero_step_export_equals_source(titan_runs, spec, which):
 def test_trained_export_gives_the_trained_models_logits(platform, titan_runs, record_property):
     """After 10 steps, the export read back with transformers gives the logits of the run's
     own final weights (gathered from the shards inside the run, torchtitan's names)."""
-    run = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     source_dir = titan_runs.checkpoints("hf_tied")
     final = run.final_state()
     hf_model, result, _ = hf_reference.reload_with_transformers(run.export_dir(), source_dir)
@@ -119,7 +119,7 @@ def test_trained_export_gives_the_trained_models_logits(platform, titan_runs, re
 @pytest.mark.slow
 def test_export_dtype_is_what_the_config_says(platform, titan_runs):
     """The exported dtype is the config's ``checkpoint.export_dtype`` (whatever it is)."""
-    run = require_ok(titan_runs.get(LOAD_TIED_CONFIG_DTYPE_EXPORT))
+    run = require_trained(titan_runs.get(LOAD_TIED_CONFIG_DTYPE_EXPORT))
     wanted = json.loads((run.dump_dir / "resolved_config.json").read_text())["checkpoint"]["export_dtype"]
     dtypes = {str(t.dtype).replace("torch.", "") for t in checkpoints.read_tensors(run.export_dir()).values()}
     expect_equal(dtypes, {wanted}, "export dtype equals checkpoint.export_dtype", run)
@@ -130,7 +130,7 @@ def test_float32_training_is_not_silently_downcast_on_export(platform, titan_run
     """A float32 run of the write-up's config exports float32 unless the user asked for
     less. Upstream: ``qwen3_32b()``, which the write-up's config starts from only because no
     ``qwen3_4b()`` exists, sets ``export_dtype="float16"``: the export is silently halved."""
-    run = require_ok(titan_runs.get(LOAD_TIED_CONFIG_DTYPE_EXPORT))
+    run = require_trained(titan_runs.get(LOAD_TIED_CONFIG_DTYPE_EXPORT))
     dtypes = {str(t.dtype).replace("torch.", "") for t in checkpoints.read_tensors(run.export_dir()).values()}
     expect_equal(dtypes, {"float32"}, "a float32 training run exports float32", run)
 

@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from fixtures.contract import expect, require_ok
+from fixtures.contract import expect, require_trained
 from fixtures.run_definitions import DENSE_NATIVE, compiled_dense
 
 pytestmark = pytest.mark.compile
@@ -26,8 +26,8 @@ KNOWN_COMPONENTS = ("model", "loss")
 def test_compiled_losses_match_eager(platform, titan_runs):
     """The same run, compiled, has per-step losses equal to eager within the tier's
     compile_rtol, and the log shows the model and the loss were compiled."""
-    eager = require_ok(titan_runs.get(DENSE_NATIVE))
-    compiled = require_ok(titan_runs.get(compiled_dense(platform)))
+    eager = require_trained(titan_runs.get(DENSE_NATIVE))
+    compiled = require_trained(titan_runs.get(compiled_dense(platform)))
     log = compiled.log_text(0)
     expect("Compiling each TransformerBlock with torch.compile" in log
            and "Compiling the loss function with torch.compile" in log,

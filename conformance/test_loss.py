@@ -12,7 +12,7 @@ import math
 
 import pytest
 from fixtures import hf_reference, platform as platforms
-from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.run_definitions import DENSE_NATIVE, LOAD_PRETRAINED, LOAD_TIED_TRAIN_EXPORT
 
 pytestmark = [pytest.mark.loss, pytest.mark.slow]
@@ -35,7 +35,7 @@ def test_first_step_loss_equals_transformers_on_the_same_batch(platform, titan_r
     run on every rank, positions included). The reference takes its labels from the input
     tokens (the next token; only each row's last label, whose token is outside the row, is
     the run's), so a pipeline that labels the wrong token cannot pass."""
-    run = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     batches = [run.first_batch(r) for r in range(platform.nproc_per_node)]
     folder = titan_runs.checkpoints("hf_tied")
     model = hf_reference.transformers_model(folder)
@@ -53,7 +53,7 @@ def test_first_step_loss_of_rank_0_equals_transformers(platform, titan_runs, rec
     the sum of its token losses over its own token count) equals transformers' loss with the
     loaded weights on rank 0's tokens alone, computed in the tier's dtype (cpu float32,
     trn2 bfloat16), within the tier's first_loss_rtol; labels derived from the inputs."""
-    run = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     folder = titan_runs.checkpoints("hf_tied")
     model = hf_reference.transformers_model(folder, platform.numerics.dtype)
     reference = hf_reference.batch_loss(model, [run.first_batch(0)], hf_reference.eos_id(folder))
@@ -73,7 +73,7 @@ def test_labels_are_the_inputs_shifted_by_one(platform, titan_runs):
     end-of-sequence token (named by its tokenizer_config.json), so the model is trained to
     predict the next token, not the current or a later one. Positions masked with -100 are
     excepted; a row's last label (its token lies outside the row) cannot be checked here."""
-    run = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     eos = hf_reference.eos_id(titan_runs.checkpoints("hf_tied"))
     boundaries = 0
     for rank in range(platform.nproc_per_node):
@@ -93,7 +93,7 @@ def test_labels_are_the_inputs_shifted_by_one(platform, titan_runs):
 
 def test_random_init_loss_is_near_ln_vocab(platform, titan_runs):
     """A randomly initialised model's first loss lies in [ln V - 0.1, ln V + 1.0]."""
-    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
     ln_v = math.log(platform.vocab_size)
     first = run.steps[0]["loss"]
     expect(ln_v - RANDOM_BAND_BELOW <= first <= ln_v + RANDOM_BAND_ABOVE,
@@ -106,8 +106,8 @@ def test_random_init_loss_is_near_ln_vocab(platform, titan_runs):
 def test_pretrained_start_is_far_below_random(platform, titan_runs, record_property):
     """Loading a pretrained checkpoint (cpu: a tiny model trained by a real torchtitan run and
     exported in HF format; trn2: the published Qwen3-4B) starts far below random init."""
-    pretrained = require_ok(titan_runs.get(LOAD_PRETRAINED))
-    random = require_ok(titan_runs.get(DENSE_NATIVE))
+    pretrained = require_trained(titan_runs.get(LOAD_PRETRAINED))
+    random = require_trained(titan_runs.get(DENSE_NATIVE))
     a, b = pretrained.steps[0]["loss"], random.steps[0]["loss"]
     record_property("first_loss_pretrained_vs_random", f"{a:.4f} vs {b:.4f}")
     expect(a <= b - PRETRAINED_MARGIN, f"pretrained first loss at least {PRETRAINED_MARGIN} nats below random",

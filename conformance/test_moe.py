@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.model_shapes import TINY, TINY_MOE
 from fixtures.run_definitions import MOE_NATIVE
 
@@ -31,7 +31,7 @@ FP32_LOGIT_ATOL = 2e-5
 def test_moe_run_shape_and_parallelism(platform, titan_runs):
     """The MoE run has the write-up's shape and layout: 4 MoE layers of 64 experts, expert
     and tensor parallel degree 1, FSDP over every rank, SDPA attention in every layer."""
-    run = require_ok(titan_runs.get(MOE_NATIVE))
+    run = require_trained(titan_runs.get(MOE_NATIVE))
     probe = run.placements(0)
     dims = probe["parallel_dims"]
     expect_equal((dims["dp_shard"], dims["ep"], dims["tp"]), (platform.nproc_per_node, 1, 1),
@@ -62,7 +62,7 @@ def test_nki_moe_swaps_experts_and_rope(platform, titan_runs):
     """The write-up's MoE recipe swaps the grouped-experts implementation and uses a
     gather-free rotary embedding: no layer runs upstream's ``GroupedExperts`` or
     ``CosSinRoPE`` class itself."""
-    run = require_ok(titan_runs.get(MOE_NATIVE))
+    run = require_trained(titan_runs.get(MOE_NATIVE))
     classes = run.placements(0)["module_classes"]
     swapped = {n: c for n, c in classes.items() if n.endswith((".inner_experts", ".rope"))}
     expect(bool(swapped) and all(c not in ("GroupedExperts", "CosSinRoPE") for c in swapped.values()),
@@ -73,7 +73,7 @@ def test_nki_moe_swaps_experts_and_rope(platform, titan_runs):
 def test_every_token_routed_to_four_distinct_experts(platform, titan_runs):
     """Observed inside the run on every rank and layer: each token goes to exactly top_k=4
     distinct experts, all ids within the 64 experts."""
-    run = require_ok(titan_runs.get(MOE_NATIVE))
+    run = require_trained(titan_runs.get(MOE_NATIVE))
     for rank in range(platform.nproc_per_node):
         stats = run.router_records(rank)
         expect_equal(len(stats), WRITEUP_LAYERS, f"rank {rank}: every router was observed", run)

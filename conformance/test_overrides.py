@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixtures import probe_files
-from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.run_definitions import LAYER_OVERRIDE, LAYER_OVERRIDE_KWARGS, layers_10_to_19
 from fixtures.titan.api import detect
 from fixtures.titan.selectors import WRITEUP_SELECTOR
@@ -375,7 +375,7 @@ def test_cli_override_log_contract(platform, titan_runs):
     reach the factory, and the total matches the selected layers (10 and 11 of the cpu
     tier's 12-layer model)."""
     api = detect()
-    run = require_ok(titan_runs.get(layers_10_to_19()))
+    run = require_trained(titan_runs.get(layers_10_to_19()))
     n_layers = len(run.resolved_config()["model_spec"]["model"]["layers"])
     selected = writeup_layers(n_layers)
     expect(bool(selected), "the run's model has layers in 10..19", "> 10 layers", n_layers, run)

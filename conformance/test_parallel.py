@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.contract import expect, expect_close_series, expect_equal, require_ok
+from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.titan.api import detect
 from fixtures.run_definitions import tensor_parallel
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.parallel
 def test_tp_run_builds_fsdp_by_tp_mesh(platform, titan_runs):
     """A TP-2 run over N ranks resolves to FSDP N/2 x TP 2 with sequence parallel on, and
     its parameters are sharded over both mesh dimensions."""
-    run = require_ok(titan_runs.get(tensor_parallel(platform)))
+    run = require_trained(titan_runs.get(tensor_parallel(platform)))
     probe = run.placements(0)
     world = probe["world_size"]
     dims = probe["parallel_dims"]
@@ -41,7 +41,7 @@ def test_rope_kernel_wrapper_under_tp_is_right_or_refuses(platform, titan_runs, 
     tensors; RoPE is per head, so the run must train like TP without the wrapper, within
     the tier's same_math_rtol (cpu: bit for bit), or, had it got DTensors, fail naming
     tensor parallel."""
-    plain = require_ok(titan_runs.get(tensor_parallel(platform)))
+    plain = require_trained(titan_runs.get(tensor_parallel(platform)))
     kernel = titan_runs.get(tensor_parallel(platform, kernel_rope=True))
     if not kernel.ok:
         log = kernel.rank_log_text(0, "stderr")

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 from fixtures import checkpoints, hf_reference
-from fixtures.contract import expect, expect_equal, require_ok
+from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.run_definitions import (
     HF_BACKEND_LOAD_TIED,
     HF_BACKEND_LOAD_TIED_ROTARY_FIXED,
@@ -38,8 +38,8 @@ def test_backend_sees_the_native_paths_batch(platform, titan_runs):
     """Both paths, same data settings and seed, see the same first batch on every rank.
     (The backend run recomputes its rotary buffer after init: this contract is about data,
     not the known uninitialised-buffer deviation, and must not go red by that memory.)"""
-    native = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    backend = require_ok(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
+    native = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    backend = require_trained(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
     for r in range(platform.nproc_per_node):
         a, b = native.first_batch(r), backend.first_batch(r)
         expect(torch.equal(a["inputs"], b["inputs"]), f"rank {r}: same first-batch tokens",
@@ -63,8 +63,8 @@ def _expect_trains_like_native(platform, native, backend, record_property) -> No
     """Per step, the backend's loss equals the native path's within the tier's path_rtol;
     the differences are recorded on the test either way."""
     __tracebackhide__ = True
-    require_ok(native)
-    require_ok(backend)
+    require_trained(native)
+    require_trained(backend)
     rtol = platform.numerics.path_rtol
     diffs = [b["loss"] - a["loss"] for a, b in zip(native.steps, backend.steps)]
     record_property("backend_minus_native_losses", repr(diffs))
@@ -91,8 +91,8 @@ def test_backend_export_round_trip(platform, titan_runs):
     """The backend's HF export passes the native path's key checks: the same tensor names
     as the native export, read back by transformers missing only the tied lm_head. (On the
     run with the rotary buffer recomputed, as above.)"""
-    native = require_ok(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    backend = require_ok(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
+    native = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    backend = require_trained(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
     names = sorted(checkpoints.read_tensors(backend.export_dir()))
     expect_equal(names, sorted(checkpoints.read_tensors(native.export_dir())),
                  "backend export has the native export's tensor names", backend)

@@ -21,7 +21,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from fixtures.contract import expect, expect_close_series, expect_equal, require_ok
+from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.kernels import adapter, preflight, providers, rules
 from fixtures import probe_files
 from fixtures.run_definitions import DENSE_NATIVE, dense_native_kernel_rope, kernel_rope_override
@@ -302,7 +302,7 @@ def test_override_replaces_every_layer_once(platform, titan_runs):
     of ``CosSinRoPE.Config`` by the kernel RoPE per Qwen3 layer, and nothing else, under the
     override's name: ``nki_rope`` where the API names overrides (the write-up's log), else
     its ``module.function`` path."""
-    run = require_ok(titan_runs.get(dense_native_kernel_rope(platform)))
+    run = require_trained(titan_runs.get(dense_native_kernel_rope(platform)))
     n_layers = len(run.resolved_config()["model_spec"]["model"]["layers"])
     log = run.log_text(0)
     name = detect().logged_name(preflight.KERNEL_MODULE, preflight.KERNEL_FUNCTION,
@@ -324,8 +324,8 @@ def test_override_run_losses_match(platform, titan_runs, record_property):
     """Same seed, deterministic: the run with the kernel override has per-step losses and
     gradient norms equal to the same run without it within the tier's same_math_rtol (cpu:
     0.0, bit for bit in fp32; trn2: the kernel rotates in bf16 where CosSinRoPE upcasts)."""
-    plain = require_ok(titan_runs.get(DENSE_NATIVE))
-    kernel = require_ok(titan_runs.get(dense_native_kernel_rope(platform)))
+    plain = require_trained(titan_runs.get(DENSE_NATIVE))
+    kernel = require_trained(titan_runs.get(dense_native_kernel_rope(platform)))
     expect_close_series(kernel.losses(), plain.losses(), platform.numerics.same_math_rtol,
                         "losses with the kernel RoPE equal the native run's", kernel,
                         record_property, detail=f"native run: {plain.run_dir}")

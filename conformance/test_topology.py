@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fixtures import launcher, topology
-from fixtures.contract import expect, expect_close_series, expect_equal, require_ok
+from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.run_definitions import DENSE_NATIVE, DENSE_NATIVE_TWO_NODES
 
 pytestmark = pytest.mark.topology
@@ -86,7 +86,7 @@ def test_one_rank_per_logical_core(platform, titan_runs):
     of the instance at the runtime's LNC (from the write-up's table, not from the profile),
     every rank runs with that NEURON_LOGICAL_NC_CONFIG and its own NeuronCore."""
     expected = LOGICAL_CORES[(platform.instance, platform.lnc)]
-    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
     expect_equal(run.placements(0)["world_size"], expected,
                  f"{platform.instance} at LNC={platform.lnc}: one rank per logical core", run)
     envs = [run.placements(r)["env"] for r in range(expected)]
@@ -102,7 +102,7 @@ def test_one_rank_per_logical_core(platform, titan_runs):
 def test_two_nodes_split_the_neuron_cores(platform, titan_runs):
     """Two torchrun agents on one host: each claims its own half of the NeuronCores (LOCAL_RANK
     restarts at 0 on each agent, so cores must be offset), no core claimed twice."""
-    run = require_ok(titan_runs.get(DENSE_NATIVE_TWO_NODES))
+    run = require_trained(titan_runs.get(DENSE_NATIVE_TWO_NODES))
     world = run.placements(0)["world_size"]
     cores = [str(run.placements(r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(world)]
     expect_equal(sorted(cores), sorted(str(i) for i in range(world)),
@@ -113,7 +113,7 @@ def test_two_nodes_split_the_neuron_cores(platform, titan_runs):
 @pytest.mark.slow
 def test_world_size_is_nproc(platform, titan_runs):
     """Every rank sees world size = nproc_per_node = the platform's logical cores."""
-    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
     for rank in range(platform.nproc_per_node):
         probe = run.placements(rank)
         expect_equal(probe["world_size"], platform.nproc_per_node,
@@ -125,7 +125,7 @@ def test_world_size_is_nproc(platform, titan_runs):
 @pytest.mark.slow
 def test_dp_shard_minus_one_resolves_to_world(platform, titan_runs):
     """``data_parallel_shard_degree=-1`` resolves to the world size; TP, EP, CP, PP are 1."""
-    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
     dims = run.placements(0)["parallel_dims"]
     expect_equal(dims["dp_shard"], platform.nproc_per_node,
                  "data_parallel_shard_degree=-1 shards over every rank", run)
@@ -138,7 +138,7 @@ def test_dp_shard_minus_one_resolves_to_world(platform, titan_runs):
 def test_every_parameter_sharded_over_all_ranks(platform, titan_runs):
     """FSDP: every parameter is Shard(0) over a mesh of all ranks, and the local shards of
     all ranks add up to the whole parameter (read from inside the run, per rank)."""
-    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
     world = platform.nproc_per_node
     probes = [run.placements(r)["parameters"] for r in range(world)]
     names = sorted(probes[0])
@@ -161,7 +161,7 @@ def test_every_parameter_sharded_over_all_ranks(platform, titan_runs):
 def test_launch_line_matches_writeup(platform, titan_runs):
     """The launch is the write-up's torchrun line: its flags in order, one process per
     logical core, ``-m torchtitan.train --module M --config C``."""
-    run = require_ok(titan_runs.get(DENSE_NATIVE))
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
     argv = run.launch.argv
     expect(argv[0].endswith("torchrun") or argv[1:3] == ["-m", "torch.distributed.run"],
            "the launcher is torchrun", "torchrun", argv[0], run)
@@ -183,8 +183,8 @@ def test_two_nodes_match_one_node(platform, titan_runs, record_property):
     """Multi-node launch: two torchrun agents (``--nnodes=2``, one c10d rendezvous on this
     host) with half the ranks each train as one agent with all ranks: the same per-step
     losses within the tier's same_math_rtol (cpu: bit for bit)."""
-    one = require_ok(titan_runs.get(DENSE_NATIVE))
-    two = require_ok(titan_runs.get(DENSE_NATIVE_TWO_NODES))
+    one = require_trained(titan_runs.get(DENSE_NATIVE))
+    two = require_trained(titan_runs.get(DENSE_NATIVE_TWO_NODES))
     commands = two.launch.node_commands
     expect_equal(len(commands), 2, "two agents were started", two)
     endpoints = {c.split("--rdzv_endpoint ", 1)[1].split(" ", 1)[0] for c in commands}

@@ -40,7 +40,7 @@ def _rehearse(tmp_path: Path, *extra: str, env: dict | None = None) -> subproces
              if k not in (runs.SESSION_ENV, "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")}
     return subprocess.run(
         [sys.executable, "-m", "pytest", str(SESSION), "-m", "trn2", "--neuron-dress-rehearsal",
-         "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "report"), *extra],
+         "--report-dir", str(tmp_path / "report"), *extra],
         cwd=REPO, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=600)
 
 
@@ -91,7 +91,7 @@ def test_a_rank_registers_the_kernel_with_nki_op():
 
 def test_the_option_alone_does_not_select_a_tier(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", str(SESSION), "--neuron-dress-rehearsal",
-                           "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "r")],
+                           "--report-dir", str(tmp_path / "r")],
                           cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if k != runs.SESSION_ENV})
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR

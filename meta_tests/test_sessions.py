@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,6 +144,10 @@ def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
                          AWS_SECRET_ACCESS_KEY=FAKE_AWS_SECRET),
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout[-3000:]
+    # live progress shows in -q output: the launch, each step's loss, the end
+    assert "conformance: launching dense_native steps=10 (2 ranks on 1 node(s)" in proc.stdout, proc.stdout[-3000:]
+    assert re.search(r"conformance:   dense_native step 10/10 loss \d+\.\d{4}", proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"conformance: done dense_native steps=10: [\d.]+ s, launched, exit 0", proc.stdout), proc.stdout[-3000:]
     written = [p for p in report.rglob("*") if p.is_file()]
     assert written, "the session wrote no report"
     for path in written:
@@ -167,3 +172,39 @@ def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
     inside = str(tmp_path.resolve().relative_to(REPO)) if tmp_path.resolve().is_relative_to(REPO) else None
     new = {p for p in _untracked(REPO) - before if not (inside and p.startswith(inside))}
     assert new == set(), "the session wrote outside its report and cache folders"
+
+
+def test_last_failed_reruns_only_the_failure(tmp_path):
+    """``--lf`` works with the suite's configuration (no ``-p no:cacheprovider``): after a
+    session with one failure, ``--lf`` reruns that test alone."""
+    cache_dir = tmp_path / "pytest-cache"
+    argv = _pytest_argv("last_failed_session.py", tmp_path / "report", tmp_path / "cache",
+                        "-o", f"cache_dir={cache_dir}")
+    first = subprocess.run(argv, cwd=REPO, env=_session_env(f"meta-lf-{uuid.uuid4().hex[:8]}"),
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == pytest.ExitCode.TESTS_FAILED, first.stdout[-3000:]
+    assert "1 failed, 1 passed" in first.stdout, first.stdout[-3000:]
+    second = subprocess.run(argv + ["--lf"], cwd=REPO,
+                            env=_session_env(f"meta-lf-{uuid.uuid4().hex[:8]}", CONFORMANCE_META_SECOND_RUN="1"),
+                            capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout[-3000:]
+    # -q hides pytest's "run-last-failure" header; the deselection is --lf's doing
+    assert "1 passed, 1 deselected" in second.stdout, second.stdout[-3000:]
+
+
+def test_a_crash_at_exit_fails_only_the_clean_exit_contract(tmp_path):
+    """A real run whose rank 1 trains every step, then dies by SIGABRT at interpreter exit
+    (the teardown abort seen in CI, reproduced with an exit handler): the contract reading
+    the run passes, the clean-exit contract fails naming rank 1, the signal and the threads
+    the rank had when Python finished."""
+    proc = subprocess.run(
+        _pytest_argv("teardown_abort_session.py", tmp_path / "report", tmp_path / "cache", "-m", "cpu"),
+        cwd=REPO, env=_session_env(f"meta-abort-{uuid.uuid4().hex[:8]}"),
+        capture_output=True, text=True, timeout=600)
+    out = proc.stdout
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    assert "1 failed, 1 passed" in out, out[-3000:]
+    assert "FAILED meta_tests/sessions/teardown_abort_session.py::test_clean_exit" in out, out[-3000:]
+    assert "rank 1 trained every step and finished its Python program, then died at interpreter " \
+           "exit (signal SIGABRT)" in out, out[-3000:]
+    assert "MainThread" in out or "python" in out, out[-3000:]  # the OS threads at exit are listed
