@@ -1,0 +1,57 @@
+"""Data contracts: which samples each data-parallel rank reads, and how they are packed.
+
+The expected batch of every rank comes from the corpus files and the tokenizer's own files
+(``fixtures.packing``), never from the run; the run's first batch is recorded inside it, as
+the model saw it (``fixtures.titan.probes``). The labels of the same batch are held by
+``conformance/test_loss.py::test_labels_are_the_inputs_shifted_by_one``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures import packing
+from fixtures.contract import expect, fail, require_trained
+from fixtures.run_definitions import DENSE_NATIVE
+
+pytestmark = [pytest.mark.data, pytest.mark.slow]
+
+
+def test_each_rank_reads_its_shard_packed_in_order(platform, titan_runs):
+    """With dp > 1, rank r's first batch is the first ``local_batch_size`` rows of
+    ``seq_len`` tokens of its contiguous block of the dataset (``Dataset.shard(dp, r)``),
+    every document tokenized with the configured tokenizer, BOS (if the tokenizer has one)
+    first and EOS last, in file order; positions restart at 0 at every document and at a row
+    that starts inside one. So the ranks
+    read different samples, none twice, and a packer that drops, reorders, duplicates or
+    mis-cuts tokens, or a sampler that gives two ranks the same block, fails."""
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
+    config = run.resolved_config()
+    dp = run.placements(0)["parallel_dims"]["dp_shard"]
+    expect(dp > 1, "the run shards data over more than one rank", "> 1", dp, run)
+    rows, seq_len = config["training"]["local_batch_size"], config["training"]["seq_len"]
+    dataset, tokenizer = Path(config["dataloader"]["dataset_path"]), Path(config["hf_assets_path"])
+    blocks = []
+    for rank in range(dp):
+        expected = packing.first_rows(dataset, tokenizer, rank=rank, world_size=dp, rows=rows, seq_len=seq_len)
+        batch = run.first_batch(rank)
+        actual = batch["inputs"].tolist()
+        if actual != expected["inputs"]:
+            row = next(i for i, (a, e) in enumerate(zip(actual, expected["inputs"])) if a != e)
+            col = next(j for j, (a, e) in enumerate(zip(actual[row], expected["inputs"][row])) if a != e)
+            fail(f"rank {rank} reads documents {expected['documents']} of its block, packed in order",
+                 expected["inputs"][row][max(0, col - 3):col + 5], actual[row][max(0, col - 3):col + 5], run,
+                 detail=f"first difference at row {row}, column {col} (of {rows} x {seq_len}); "
+                        f"dataset {dataset}, tokenizer {tokenizer}")
+        if "positions" in batch and batch["positions"].tolist() != expected["positions"]:
+            got = batch["positions"].tolist()
+            row = next(i for i, (a, e) in enumerate(zip(got, expected["positions"])) if a != e)
+            col = next(j for j, (a, e) in enumerate(zip(got[row], expected["positions"][row])) if a != e)
+            fail(f"rank {rank}: positions restart at 0 at every document and row",
+                 expected["positions"][row][max(0, col - 3):col + 5], got[row][max(0, col - 3):col + 5], run,
+                 detail=f"first difference at row {row}, column {col}")
+        blocks.append(set(expected["documents"]))
+    overlap = [(a, b) for a in range(dp) for b in range(a + 1, dp) if blocks[a] & blocks[b]]
+    expect(not overlap, "no two ranks read the same document", "disjoint blocks", overlap, run)
