@@ -66,6 +66,9 @@ def test_interrupted_session_leaves_partial_report_and_no_process(tmp_path, sig)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(1.0)  # the agent gets SIGTERM when its pytest dies (PR_SET_PDEATHSIG)
+            for pid in orphans(session):  # and whatever is left is not left running
+                os.kill(pid, signal.SIGKILL)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
     assert orphans(session) == [], "processes of the interrupted session survived"
     data = json.loads((report / "report.json").read_text())
@@ -208,3 +211,25 @@ def test_a_crash_at_exit_fails_only_the_clean_exit_contract(tmp_path):
     assert "rank 1 trained every step and finished its Python program, then died at interpreter " \
            "exit (signal SIGABRT)" in out, out[-3000:]
     assert "MainThread" in out or "python" in out, out[-3000:]  # the OS threads at exit are listed
+
+
+def test_a_killed_session_takes_its_launch_with_it(tmp_path):
+    """SIGKILL to a pytest session in the middle of a launch (no finally, no hook runs): the
+    torchrun agent, in a session of its own, gets SIGTERM from the kernel when its parent
+    dies (PR_SET_PDEATHSIG) and stops its ranks; nothing of the launch is left running."""
+    session = f"meta-kill-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(_pytest_argv("interrupt_session.py", tmp_path / "report", tmp_path / "cache"),
+                            cwd=REPO, env=_session_env(session), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for_launch(session)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while orphans(session) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = orphans(session)
+    finally:
+        for pid in orphans(session):
+            os.kill(pid, signal.SIGKILL)
+    assert left == [], f"processes of the killed session's launch survived: {left}"
