@@ -75,6 +75,20 @@ def test_gate_fails_on_missing_contract_and_incomplete_report(baseline):
     assert not gate.compare(baseline, run).ok
 
 
+def test_new_contracts_are_listed_and_fail_the_gate_only_when_failing(baseline):
+    """A contract the baseline does not have is named with its outcome; passing, it leaves
+    the gate green; failing, it turns it red (a stack is trusted only if it passes them all)."""
+    run = copy.deepcopy(baseline)
+    run["contracts"].append({"nodeid": "conformance/test_new.py::test_added[cpu]", "outcome": "passed"})
+    result = gate.compare(baseline, run)
+    assert result.ok and result.new == [("conformance/test_new.py::test_added[cpu]", "passed")]
+    assert "new contract, not in the baseline (passed): conformance/test_new.py::test_added[cpu]" in result.text()
+    run["contracts"][-1]["outcome"] = "failed"
+    result = gate.compare(baseline, run)
+    assert not result.ok and result.new_failing == ["conformance/test_new.py::test_added[cpu]"]
+    assert "(failed: fails the gate)" in result.text()
+
+
 def test_strict_xfail_turning_into_failure_is_newly_failing(baseline):
     xfails = [c for c in baseline["contracts"] if c["outcome"] == "xfailed"]
     if not xfails:

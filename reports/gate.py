@@ -4,8 +4,9 @@
 
 prints version drift package by package and contract changes, and exits non-zero on any
 version drift of a tracked package, any contract newly failing, any contract of the
-baseline missing from the run, or any contract skipped where the baseline ran it. Newly
-passing contracts are reported and do not fail the gate. A baseline is a committed
+baseline missing from the run, any contract skipped where the baseline ran it, or any
+contract the baseline does not have that failed. Newly passing contracts and new contracts
+(with their outcome) are listed and do not fail the gate. A baseline is a committed
 ``report.json`` of a known-good stack (``reports/baselines/<stack id>.json``).
 """
 
@@ -27,6 +28,7 @@ class GateResult:
     newly_passing: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     newly_skipped: list[str] = field(default_factory=list)
+    new: list[tuple[str, str]] = field(default_factory=list)  # (nodeid, outcome) not in the baseline
     incomplete: bool = False
     evidence_mismatch: str | None = None  # a rehearsal compared as trn2 evidence, or the reverse
     baseline_problem: str | None = None  # a baseline of another stack, or none committed
@@ -35,7 +37,11 @@ class GateResult:
     @property
     def ok(self) -> bool:
         return not (self.drift or self.newly_failing or self.missing or self.newly_skipped
-                    or self.incomplete or self.evidence_mismatch or self.baseline_problem)
+                    or self.new_failing or self.incomplete or self.evidence_mismatch or self.baseline_problem)
+
+    @property
+    def new_failing(self) -> list[str]:
+        return [nodeid for nodeid, outcome in self.new if outcome in BAD]
 
     def text(self) -> str:
         out = [f"gate: {'PASS' if self.ok else 'FAIL'}"
@@ -53,6 +59,9 @@ class GateResult:
                            ("newly passing (not a failure)", self.newly_passing)):
             for nodeid in ids:
                 out.append(f"  {title}: {nodeid}")
+        for nodeid, outcome in self.new:
+            out.append(f"  new contract, not in the baseline ({outcome}"
+                       + (": fails the gate" if outcome in BAD else "") + f"): {nodeid}")
         if len(out) == 1:
             out.append("  no version drift, no contract changes")
         return "\n".join(out)
@@ -90,6 +99,7 @@ def compare(baseline: dict, run: dict) -> GateResult:
             result.newly_skipped.append(nodeid)
         elif was in BAD and now[nodeid] in GOOD:
             result.newly_passing.append(nodeid)
+    result.new = [(nodeid, outcome) for nodeid, outcome in sorted(now.items()) if nodeid not in base]
     return result
 
 
