@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.runs, pytest.mark.slow]
 # Runs every tier's contracts launch and need to train (name -> spec of the tier).
 EVERY_TIER = {
     "dense_native": lambda p: runs.DENSE_NATIVE,
-    "dense_native_two_nodes": lambda p: runs.DENSE_NATIVE_TWO_NODES,
+    "rank_scaling_two_nodes": runs.two_nodes,
+    "rank_scaling_all_ranks": runs.rank_scaling,
+    "rank_scaling_fewer_ranks": lambda p: runs.rank_scaling(p, fewer=True),
     "dense_native_kernel_rope": runs.dense_native_kernel_rope,
     "dense_native_compiled": runs.compiled_dense,
     "clipping_compiled": lambda p: runs.clipping_run(p, compiled=True),

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fixtures import launcher, topology
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
-from fixtures.run_definitions import DENSE_NATIVE, DENSE_NATIVE_TWO_NODES
+from fixtures.run_definitions import DENSE_NATIVE, rank_scaling, two_nodes
 
 pytestmark = pytest.mark.topology
 
@@ -102,7 +102,7 @@ def test_one_rank_per_logical_core(platform, titan_runs):
 def test_two_nodes_split_the_neuron_cores(platform, titan_runs):
     """Two torchrun agents on one host: each claims its own half of the NeuronCores (LOCAL_RANK
     restarts at 0 on each agent, so cores must be offset), no core claimed twice."""
-    run = require_trained(titan_runs.get(DENSE_NATIVE_TWO_NODES))
+    run = require_trained(titan_runs.get(two_nodes(platform)))
     world = run.placements(0)["world_size"]
     cores = [str(run.placements(r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(world)]
     expect_equal(sorted(cores), sorted(str(i) for i in range(world)),
@@ -183,8 +183,8 @@ def test_two_nodes_match_one_node(platform, titan_runs, record_property):
     """Multi-node launch: two torchrun agents (``--nnodes=2``, one c10d rendezvous on this
     host) with half the ranks each train as one agent with all ranks: the same per-step
     losses within the tier's same_math_rtol (cpu: bit for bit)."""
-    one = require_trained(titan_runs.get(DENSE_NATIVE))
-    two = require_trained(titan_runs.get(DENSE_NATIVE_TWO_NODES))
+    one = require_trained(titan_runs.get(rank_scaling(platform)))
+    two = require_trained(titan_runs.get(two_nodes(platform)))
     commands = two.launch.node_commands
     expect_equal(len(commands), 2, "two agents were started", two)
     endpoints = {c.split("--rdzv_endpoint ", 1)[1].split(" ", 1)[0] for c in commands}

@@ -20,8 +20,8 @@ import pytest
 
 from fixtures import lr_schedule, training_settings
 from fixtures.contract import expect, expect_close_series, fail, require_trained
-from fixtures.run_definitions import (DENSE_NATIVE, SCHEDULE_AND_CLIP, clipping_run, tensor_parallel,
-                                      tensor_parallel_reference)
+from fixtures.run_definitions import (DENSE_NATIVE, SCHEDULE_AND_CLIP, clipping_run, rank_scaling,
+                                      tensor_parallel, tensor_parallel_reference, two_nodes)
 
 pytestmark = [pytest.mark.training_loop, pytest.mark.slow]
 
@@ -147,6 +147,53 @@ def test_tensor_parallel_trains_like_no_tensor_parallel(platform, titan_runs, re
                         "TP=2 trains like TP=1 (loss)", tp, record_property, detail=f"TP=1 run: {plain.run_dir}")
     expect_close_series(tp.grad_norms(), plain.grad_norms()[:steps], platform.numerics.tp_rtol,
                         "TP=2 trains like TP=1 (grad norm)", tp, record_property, detail=f"TP=1 run: {plain.run_dir}")
+
+
+def _expect_same_global_batch(wide, narrow) -> None:
+    """Each rank of ``narrow`` read, as its first batch, the first rows of its group of
+    ``wide``'s ranks in rank order (both recorded inside the runs): the two runs were handed
+    the same global batch, and the wide run's ranks read different rows."""
+    __tracebackhide__ = True
+    import torch
+
+    wide_rows = [wide.first_batch(r)["inputs"] for r in range(wide.world_size)]
+    expect(len({tuple(t.flatten().tolist()) for t in wide_rows}) == len(wide_rows),
+           "every rank of the wide run reads different rows", "distinct batches",
+           [t[:, :6].tolist() for t in wide_rows], wide)
+    group = wide.world_size // narrow.world_size
+    for q in range(narrow.world_size):
+        expected = torch.cat(wide_rows[q * group:(q + 1) * group])
+        actual = narrow.first_batch(q)["inputs"]
+        if actual.shape != expected.shape or not torch.equal(actual, expected):
+            fail(f"rank {q} of the {narrow.world_size}-rank run reads the rows ranks {q * group}.."
+                 f"{(q + 1) * group - 1} of the {wide.world_size}-rank run read (the same global batch)",
+                 f"{tuple(expected.shape)} {expected[:, :6].tolist()}", f"{tuple(actual.shape)} {actual[:, :6].tolist()}",
+                 narrow, detail=f"dataset {narrow.resolved_config()['dataloader']['dataset_path']} "
+                                "(fixtures.aligned_rows: one document per row); wide run: " + wide.run_dir)
+
+
+@pytest.mark.parametrize("nodes", [1, 2], ids=["one_node", "two_nodes"])
+def test_all_ranks_train_like_fewer_ranks(platform, titan_runs, record_property, nodes):
+    """A run on all the tier's ranks (FSDP over every rank; ``two_nodes``: as two torchrun
+    agents of half the ranks each) has, at every one of its 6 steps, the loss and grad norm
+    of a run on ``platform.fewer_ranks`` ranks (cpu: 1) reading the same global batch from the
+    same checkpoint, within the tier's ``rank_scaling_rtol``. The global batch is held the
+    same by the data (every document one row, ``fixtures.aligned_rows``) and checked from
+    the batches recorded inside both runs. A gradient averaged over the wrong number of ranks
+    (summed, or divided twice), a loss averaged over one rank, or a rank left out of the
+    reduction makes the grad norm (and from step 2 the loss) differ by a factor."""
+    wide = require_trained(titan_runs.get(rank_scaling(platform) if nodes == 1 else two_nodes(platform)))
+    narrow = require_trained(titan_runs.get(rank_scaling(platform, fewer=True)))
+    expect(wide.world_size > narrow.world_size, "the wide run has more ranks than the narrow one",
+           f"> {narrow.world_size}", wide.world_size, wide)
+    _expect_same_global_batch(wide, narrow)
+    where = f"{nodes} node(s) x {wide.world_size // nodes} ranks vs 1 node x {narrow.world_size} rank(s)"
+    expect_close_series(wide.losses(), narrow.losses(), platform.numerics.rank_scaling_rtol,
+                        f"{where}: the same loss at every step", wide, record_property,
+                        detail=f"{narrow.world_size}-rank run: {narrow.run_dir}")
+    expect_close_series(wide.grad_norms(), narrow.grad_norms(), platform.numerics.rank_scaling_rtol,
+                        f"{where}: the same grad norm at every step", wide, record_property,
+                        detail=f"{narrow.world_size}-rank run: {narrow.run_dir}")
 
 
 def test_replicated_parameters_agree_across_tp_ranks(platform, titan_runs):
