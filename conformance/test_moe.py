@@ -9,10 +9,12 @@ observed from inside the real run by a hook on every router.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from fixtures.contract import expect, expect_equal, require_trained
+from fixtures.contract import expect, expect_equal, fail, require_trained
 from fixtures.model_shapes import TINY, TINY_MOE
 from fixtures.run_definitions import MOE_NATIVE
 
@@ -186,3 +188,206 @@ def test_moe_adapter_parity_with_fp32_experts(platform, moe_pair):
     err = (out - ref).abs().max().item()
     expect(err <= FP32_LOGIT_ATOL, "fp32 experts: logits match transformers", f"<= {FP32_LOGIT_ATOL}", err)
     expect_equal((out.argmax(-1) == ref.argmax(-1)).float().mean().item(), 1.0, "argmax agrees everywhere")
+
+
+# ----------------------------------------------------------------------------- beyond routing counts
+# The facts these contracts hold the run to, from outside it:
+# - Qwen3-MoE routing (transformers' ``Qwen3MoeSparseMoeBlock``, ``norm_topk_prob`` true in
+#   Qwen3-30B-A3B's config.json): a softmax over all experts in float32, the top-k experts,
+#   their probabilities renormalised to sum 1;
+# - auxiliary-loss-free load balancing (arXiv 2408.15664, which torchtitan implements): a
+#   per-expert bias is added to the scores to *choose* the experts, never to weight them;
+# - the HF checkpoint layout of Qwen3-MoE (the hub's Qwen3-30B-A3B files): per layer L and
+#   expert e, ``model.layers.L.mlp.experts.e.{gate,up,down}_proj.weight``; expert e computes
+#   ``down(silu(gate(x)) * up(x))``, torchtitan's stacked ``w1[e]``, ``w3[e]``, ``w2[e]``.
+
+
+def _router_calls(io: dict) -> dict:
+    """``{(router, call): {field: tensor}}`` of a rank's recorded router calls."""
+    calls: dict = {}
+    for key, tensor in io.items():
+        prefix, field = key.rsplit(".", 1)
+        router, call = prefix.rsplit(".", 1)
+        calls.setdefault((router, int(call[4:])), {})[field] = tensor
+    return calls
+
+
+def test_gate_weights_ignore_the_load_balancing_bias(platform, titan_runs, record_property):
+    """On every rank and MoE layer, for each router call recorded inside the run (its input,
+    gate weight and bias as the forward used them): the experts chosen are the top 4 of
+    softmax(gate(x)) + bias, and the weights they get are softmax(gate(x)) at those experts,
+    renormalised, computed here in float64; and the bias really changed some token's choice
+    (else the bias half of the contract would not be exercised). Tokens whose 4th and 5th
+    biased scores are within the tier's ``router_rtol`` are not held to a choice."""
+    import torch
+
+    run = require_trained(titan_runs.get(MOE_NATIVE))
+    rtol = platform.numerics.router_rtol
+    worst, compared, moved, ambiguous = 0.0, 0, 0, 0
+    with_bias = 0
+    for rank in range(run.world_size):
+        calls = _router_calls(run.router_io(rank))
+        expect(len({r for r, _ in calls}) == WRITEUP_LAYERS, f"rank {rank}: every router's calls were recorded",
+               WRITEUP_LAYERS, sorted({r for r, _ in calls}), run)
+        for (router, call), t in sorted(calls.items()):
+            where = f"rank {rank} {router} call {call}"
+            probs = torch.softmax(t["input"].double() @ t["gate_weight"].double().T, dim=-1)
+            bias = t.get("bias")
+            choice = probs if bias is None else probs + bias.double()
+            if bias is not None and bool((bias != 0).any()):
+                with_bias += 1
+            top = choice.topk(WRITEUP_TOP_K + 1, dim=-1)
+            clear = (top.values[:, WRITEUP_TOP_K - 1] - top.values[:, WRITEUP_TOP_K]) > rtol * top.values[:, 0]
+            ambiguous += int((~clear).sum())
+            expected_ids = top.indices[:, :WRITEUP_TOP_K].sort(-1).values
+            ids = t["ids"].long()
+            wrong = clear & (ids.sort(-1).values != expected_ids).any(-1)
+            if bool(wrong.any()):
+                token = int(wrong.nonzero()[0])
+                fail(f"{where}: the experts chosen are the top 4 of softmax(gate(x)) + bias",
+                     expected_ids[token].tolist(), ids[token].sort().values.tolist(), run,
+                     detail=f"{int(wrong.sum())} of {len(ids)} tokens differ; token {token}")
+            unbiased = probs.topk(WRITEUP_TOP_K, dim=-1).indices.sort(-1).values
+            moved += int((unbiased != expected_ids).any(-1).sum())
+            expected = probs.gather(-1, ids)
+            expected = expected / expected.sum(-1, keepdim=True)
+            error = ((t["weights"].double() - expected).abs() / expected.abs()).max().item()
+            compared += len(ids)
+            if error > worst:
+                worst = error
+            if error > rtol:
+                token = int(((t["weights"].double() - expected).abs() / expected.abs()).max(-1).values.argmax())
+                fail(f"{where}: each chosen expert's weight is its softmax probability renormalised over "
+                     "the chosen 4, whatever the bias", [round(v, 6) for v in expected[token].tolist()],
+                     [round(v, 6) for v in t["weights"][token].tolist()], run,
+                     detail=f"token {token}; relative error {error:.3g} (router_rtol {rtol}); bias "
+                            f"{'absent' if bias is None else 'max |b| %.3g' % bias.abs().max()}")
+    record_property("router_weight_max_rel_error", worst)
+    record_property("router_tokens_compared", compared)
+    record_property("router_choices_moved_by_bias", moved)
+    record_property("router_tokens_ambiguous", ambiguous)
+    expect(with_bias > 0 and moved > 0, "the load-balancing bias was non-zero in some recorded call and changed "
+           "some token's experts (so the weights were checked where the bias acted)",
+           "> 0 calls with a bias, > 0 tokens moved", {"calls with a non-zero bias": with_bias, "tokens moved": moved},
+           run)
+
+
+def test_expert_bias_moves_and_agrees_across_ranks(platform, titan_runs):
+    """After every optimizer step, every MoE layer's load-balancing bias is identical on all
+    ranks (it is computed from the token counts of all ranks, so one rank's drift would route
+    its tokens differently from the others' forever), and it is non-zero after the first step
+    (the balancing is on, as torchtitan's default coefficient 1e-3 sets it)."""
+    run = require_trained(titan_runs.get(MOE_NATIVE))
+    per_rank = [run.expert_biases(r) for r in range(run.world_size)]
+    for rank, steps in enumerate(per_rank):
+        expect_equal([s["step"] for s in steps], list(range(1, run.spec.steps + 1)),
+                     f"rank {rank} recorded the bias after every step", run)
+    for index in range(run.spec.steps):
+        reference = per_rank[0][index]["bias"]
+        expect_equal(len(reference), WRITEUP_LAYERS, "every MoE layer's bias was recorded", run)
+        for layer, bias in sorted(reference.items()):
+            expect(bias is not None, f"{layer} has a load-balancing bias", "a bias buffer", bias, run)
+            expect(any(v != 0 for v in bias), f"step {index + 1}, {layer}: the bias moved",
+                   "non-zero", bias[:8], run)
+            for rank in range(1, run.world_size):
+                other = per_rank[rank][index]["bias"][layer]
+                if other != bias:
+                    diffs = [i for i, (a, b) in enumerate(zip(bias, other)) if a != b]
+                    fail(f"step {index + 1}, {layer}: the bias is identical on every rank",
+                         [bias[i] for i in diffs[:4]], [other[i] for i in diffs[:4]], run,
+                         detail=f"rank 0 vs rank {rank}, experts {diffs[:8]} ({len(diffs)} differ)")
+
+
+EXPERT_KEY = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight")
+# torchtitan's stacked expert weights: w1 is the gate, w3 the up and w2 the down projection.
+STACKED = {"gate": "w1", "up": "w3", "down": "w2"}
+
+
+def _stacked_experts(state: dict) -> dict:
+    """``{(layer, "w1"|"w2"|"w3"): [E, ...]}`` of a torchtitan state, found by place
+    (3-D tensors under ``layers.L.moe``), not by upstream's module names."""
+    found = {}
+    for name, tensor in state.items():
+        parts = name.split(".")
+        stem = parts[-1].split("_", 1)[0]  # w1, or w1_EFD (the dims spelled out, in 0.3.0)
+        if parts[0] == "layers" and ".moe." in name and stem in ("w1", "w2", "w3") and tensor.dim() == 3:
+            found[(int(parts[1]), stem)] = tensor
+    return found
+
+
+def _qwen3_moe_config(tensors: dict, top_k: int):
+    """A transformers ``Qwen3MoeConfig`` for the exported tensors, every size read from their
+    shapes (the export has no config.json)."""
+    from transformers import Qwen3MoeConfig
+
+    vocab, dim = tensors["model.embed_tokens.weight"].shape
+    layers = 1 + max(int(m.group(1)) for k in tensors if (m := re.match(r"model\.layers\.(\d+)\.", k)))
+    head_dim = tensors["model.layers.0.self_attn.q_norm.weight"].shape[0]
+    experts = 1 + max(int(m.group(2)) for k in tensors if (m := EXPERT_KEY.fullmatch(k)))
+    hidden = tensors["model.layers.0.mlp.experts.0.gate_proj.weight"].shape[0]
+    return Qwen3MoeConfig(
+        vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, moe_intermediate_size=hidden,
+        num_hidden_layers=layers, num_attention_heads=tensors["model.layers.0.self_attn.q_proj.weight"].shape[0] // head_dim,
+        num_key_value_heads=tensors["model.layers.0.self_attn.k_proj.weight"].shape[0] // head_dim,
+        head_dim=head_dim, num_experts=experts, num_experts_per_tok=top_k, norm_topk_prob=True,
+        decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings="lm_head.weight" not in tensors)
+
+
+def test_moe_export_has_every_expert_under_its_global_id(platform, titan_runs, tmp_path):
+    """The HF export of the multi-rank MoE run (experts sharded over the ranks by FSDP) has,
+    in every layer, exactly one gate, up and down projection for each of the 64 expert ids
+    (none missing, none twice, none out of range), each bit-equal to that expert's weights as
+    the ranks held them after training (their final shards put together in rank order); and
+    transformers loads it with no key missing or unexpected, its expert e of every layer
+    computing down(silu(gate(x)) * up(x)) with those weights."""
+    import torch
+
+    from fixtures import checkpoints, final_state
+
+    run = require_trained(titan_runs.get(MOE_NATIVE))
+    tensors = checkpoints.read_tensors(run.export_dir())
+    stacked = _stacked_experts(final_state.assemble(run.probe_dir, run.world_size))
+    expect_equal(len({layer for layer, _ in stacked}), WRITEUP_LAYERS,
+                 "the final state has stacked experts in every MoE layer", run)
+    seen: dict = {}
+    for key in tensors:
+        if (m := EXPERT_KEY.fullmatch(key)):
+            layer, expert, proj = int(m.group(1)), int(m.group(2)), m.group(3)
+            seen.setdefault((layer, proj), []).append(expert)
+    for layer in range(WRITEUP_LAYERS):
+        for proj, stacked_name in STACKED.items():
+            ids = sorted(seen.get((layer, proj), []))
+            expect_equal(ids, list(range(WRITEUP_EXPERTS)),
+                         f"layer {layer} {proj}_proj: every expert id once, none missing or extra", run)
+            trained = stacked[(layer, stacked_name)]
+            differ = [e for e in range(WRITEUP_EXPERTS)
+                      if not torch.equal(tensors[f"model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight"].float(),
+                                         trained[e].float())]
+            expect(not differ, f"layer {layer} {proj}_proj: expert e of the export is expert e the ranks trained",
+                   "all 64 equal", f"experts {differ[:8]} differ ({len(differ)})", run,
+                   detail=f"torchtitan name {stacked_name}; a shard put at the wrong offset moves whole blocks")
+
+    from transformers import Qwen3MoeForCausalLM
+
+    folder = tmp_path / "export_with_config"
+    folder.mkdir()
+    for f in run.export_dir().iterdir():
+        if f.name.endswith((".safetensors", ".safetensors.index.json")):
+            (folder / f.name).symlink_to(f)
+    top_k = run.router_records(0)[sorted(run.router_records(0))[0]]["configured_top_k"]
+    _qwen3_moe_config(tensors, top_k).save_pretrained(str(folder))
+    model, info = Qwen3MoeForCausalLM.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
+    expect_equal((sorted(info["missing_keys"]), sorted(info["unexpected_keys"]), sorted(info["mismatched_keys"])),
+                 ([], [], []), "transformers loads the export with no key missing, unexpected or mismatched", run)
+    x = torch.randn(WRITEUP_EXPERTS, tensors["model.embed_tokens.weight"].shape[1],
+                    generator=torch.Generator().manual_seed(0))
+    one_each = torch.arange(WRITEUP_EXPERTS).unsqueeze(1)  # token e goes to expert e alone, weight 1
+    for layer in range(WRITEUP_LAYERS):
+        w1, w2, w3 = (stacked[(layer, n)].float() for n in ("w1", "w2", "w3"))
+        expected = torch.stack([(torch.nn.functional.silu(x[e] @ w1[e].T) * (x[e] @ w3[e].T)) @ w2[e].T
+                                for e in range(WRITEUP_EXPERTS)])
+        with torch.no_grad():
+            got = model.model.layers[layer].mlp.experts(x, one_each, torch.ones(WRITEUP_EXPERTS, 1))
+        err = ((got - expected).abs().max() / expected.abs().max()).item()
+        expect(err < 1e-5, f"layer {layer}: transformers' expert e computes expert e of the run, for all 64",
+               "relative error < 1e-5 (fp32)", err, run)
