@@ -52,13 +52,25 @@ def _wait_for_launch(session: str, timeout: float = 120.0) -> None:
     raise AssertionError("the inner session never started its launch")
 
 
+def _as_from_a_terminal() -> None:
+    """In the inner session, before exec: SIGINT at its default, as in a shell's foreground
+    job, so Python turns it into KeyboardInterrupt. A shell without job control starts
+    background jobs (``cmd &``) with SIGINT ignored and the ignore is inherited through exec;
+    a selftest started that way made the SIGINT case wait for the hanging launch's own
+    timeout (seen: the inner session printed its first test's dot, then nothing for 90 s)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_interrupted_session_leaves_partial_report_and_no_process(tmp_path, sig):
+    """Ctrl-C (SIGINT) or SIGTERM in the middle of a launch: the session stops, says it is
+    interrupted, leaves a partial report with what finished and no process running."""
     session = f"meta-int-{uuid.uuid4().hex[:8]}"
     report = tmp_path / "report"
     proc = subprocess.Popen(_pytest_argv("interrupt_session.py", report, tmp_path / "cache"),
                             cwd=REPO, env=_session_env(session), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     try:
         _wait_for_launch(session)
         proc.send_signal(sig)
