@@ -207,6 +207,34 @@ def test_last_failed_reruns_only_the_failure(tmp_path):
     assert "1 passed, 1 deselected" in second.stdout, second.stdout[-3000:]
 
 
+def test_xdist_progress_is_shown_live_by_the_controller(tmp_path):
+    """Under ``-n 2 -q``, a progress line a worker emits shows on the controller's output,
+    prefixed with the worker's id, while its test still runs: each inner test waits for the
+    acknowledgement this test writes only after reading the line from the session's stdout."""
+    ack = tmp_path / "ack"
+    ack.mkdir()
+    proc = subprocess.Popen(
+        _pytest_argv("xdist_progress_session.py", tmp_path / "report", tmp_path / "cache", "-n", "2"),
+        cwd=REPO, env=_session_env(f"meta-relay-{uuid.uuid4().hex[:8]}", CONFORMANCE_META_ACK=str(ack)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen, lines = {}, []
+    try:
+        for line in proc.stdout:  # the inner tests give up after 60 s, so this ends
+            lines.append(line)
+            found = re.search(r"^\[(gw[01])\] conformance: relay probe (first|second): waiting", line)
+            if found:
+                seen[found.group(2)] = found.group(1)
+                (ack / found.group(2)).touch()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(lines)
+    assert set(seen) == {"first", "second"}, out[-3000:]
+    assert proc.returncode == 0, out[-3000:]
+    assert "2 passed" in out, out[-3000:]
+
+
 def test_a_crash_at_exit_fails_only_the_clean_exit_contract(tmp_path):
     """A real run whose rank 1 trains every step, then dies by SIGABRT at interpreter exit
     (the teardown abort seen in CI, reproduced with an exit handler): the contract reading
