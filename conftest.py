@@ -2,7 +2,7 @@
 
 import sys
 
-from fixtures.runs import WRITEUP_MODULES_DIR
+from fixtures.repo import WRITEUP_MODULES_DIR
 
 # The write-up's kernel module is imported by its bare name, in the ranks and in-process.
 sys.path.insert(0, str(WRITEUP_MODULES_DIR))

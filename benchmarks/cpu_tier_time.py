@@ -36,7 +36,7 @@ def cpu_seconds(code: str, env: dict[str, str], repeats: int = 3) -> float:
 
 
 def main(cache: Path) -> None:
-    from fixtures.runs import WRITEUP_MODULES_DIR
+    from fixtures.repo import WRITEUP_MODULES_DIR
 
     rows = [json.loads(line) for line in (cache / "launches.jsonl").read_text().splitlines() if line.strip()]
     session = rows[-1]["session"]
@@ -55,7 +55,7 @@ def main(cache: Path) -> None:
     for r in sorted(launches, key=lambda r: -r["wall_s"])[:5]:
         print(f"  {r['wall_s']:6.1f} s  {r['spec'][:100]}")
     env = {**os.environ, "PYTHONPATH": f"{WRITEUP_MODULES_DIR}{os.pathsep}{REPO}"}
-    rank_import = cpu_seconds("import torchtitan.train, fixtures.titan.cpu_qwen3.config_registry", env)
+    rank_import = cpu_seconds("import torchtitan.train, fixtures.rank.titan.cpu_qwen3.config_registry", env)
     agent_import = cpu_seconds("import torch.distributed.run", env)
     cores = os.cpu_count() or 1
     floor = (sum(ranks) * rank_import + len(launches) * agent_import) / cores

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from fixtures import launcher  # noqa: E402
+from fixtures.runs.plan import torchrun_argv  # noqa: E402
 
 PROGRAM = REPO / "meta_tests" / "rank_programs" / "crash.py"
 
@@ -34,7 +35,7 @@ def main(repeats: int) -> None:
         for i in range(repeats):
             with tempfile.TemporaryDirectory(prefix=f"culprit-{how}-") as tmp:
                 tmp = Path(tmp)
-                argv = launcher.torchrun_argv(2, [str(PROGRAM), how], tmp / "logs")
+                argv = torchrun_argv(2, [str(PROGRAM), how], tmp / "logs")
                 outcome = launcher.launch([argv], tmp, {}, 60.0, nproc_per_node=2)
                 rc = outcome.root_cause or {}
                 ours[rc.get("rank")] += 1

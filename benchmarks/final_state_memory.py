@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/final_state_memory.py
 
-The final-state probe (``fixtures.titan.probes._save_local_shards``) makes each rank copy and
+The final-state probe (``fixtures.rank.titan.probes._save_local_shards``) makes each rank copy and
 write only its own FSDP shard of every tensor, after the last step; the harness assembles
 them (``fixtures.final_state``). It used to ``full_tensor()`` the whole model on every rank at
 every logged step. Prints, for a real cpu-tier run (tiny model, 2 ranks): each rank's shard
@@ -42,7 +42,7 @@ def shard_bytes(shapes: dict[str, tuple], world: int, itemsize: int = 4) -> list
 def _model_shapes(hf: dict) -> dict[str, tuple]:
     import torch
 
-    from fixtures.titan.tiny_qwen3 import qwen3_model_from_hf_config
+    from fixtures.rank.titan.tiny_qwen3 import qwen3_model_from_hf_config
 
     with torch.device("meta"):
         model = qwen3_model_from_hf_config(hf).build()
@@ -51,15 +51,15 @@ def _model_shapes(hf: dict) -> dict[str, tuple]:
 
 def main() -> int:
     from fixtures import assets as asset_builder
-    from fixtures.platform import cpu_platform
-    from fixtures.run_definitions import LOAD_TIED_TRAIN_EXPORT
-    from fixtures.runs import RunCache
+    from fixtures.tier_profile import cpu_profile
+    from fixtures.runs.catalogue import LOAD_TIED_TRAIN_EXPORT
+    from fixtures.runs.cache import RunCache
 
     cache = REPO / ".cache" / "conformance"
     assets = asset_builder.ensure_assets(cache)
     from fixtures.run_fixtures import _hf_env
 
-    runs = RunCache(cache / "runs", cpu_platform(), hf_assets=assets.tokenizer_dir,
+    runs = RunCache(cache / "runs", cpu_profile(), hf_assets=assets.tokenizer_dir,
                     dataset=assets.dataset_dir, asset_key=assets.root.name, rank_env=_hf_env(cache),
                     checkpoints=lambda name: assets.hf_dir(True))  # the session's key: reuses its run
     run = runs.get(LOAD_TIED_TRAIN_EXPORT)

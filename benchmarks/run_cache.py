@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/run_cache.py [--xdist N] [-m MARKEXPR]
 
 Runs one pytest session of the cpu tier on a fresh run cache (assets are reused), then
-prints: launches against distinct run configurations, the session's wall time against the
+prints: launches against distinct run configurations and per contract, the session's wall time against the
 sum of the launches' own wall times (what running the same torchrun lines bare would
 cost), and their ratio. Targets: launches == distinct configs; ratio <= 1.05 for the
 launching contracts (``-m "cpu and slow"``, the default). Figures only, no assertion.
@@ -46,6 +46,8 @@ def main() -> int:
         wall = time.monotonic() - start
         launches_file = cache / "runs" / "launches.jsonl"
         launches = [json.loads(l) for l in launches_file.read_text().splitlines()] if launches_file.exists() else []
+        report_file = Path(tmp) / "report" / "report.json"
+        contracts = json.loads(report_file.read_text())["contracts"] if report_file.exists() else []
     distinct = {l["key"] for l in launches}
     bare = sum(l["wall_s"] for l in launches)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)"
@@ -54,6 +56,8 @@ def main() -> int:
     print(f"pytest: exit {proc.returncode}; {summary}")
     print(f"launches: {len(launches)}  distinct run configs: {len(distinct)}"
           f"  ({'one launch per config' if len(launches) == len(distinct) else 'DUPLICATE LAUNCHES'})")
+    print(f"contracts: {len(contracts)}  launches per contract: "
+          f"{len(launches) / len(contracts) if contracts else float('nan'):.3f}")
     for l in launches:
         print(f"  {l['wall_s']:6.1f} s  {l['spec']}")
     print(f"session wall: {wall:.1f} s  sum of bare launches: {bare:.1f} s  "

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from fixtures import checkpoints, hf_reference
-from fixtures import platform as platforms
+from fixtures import tier_profile
 from fixtures.contract import expect, expect_equal, require_trained
-from fixtures.run_definitions import (
+from fixtures.runs.catalogue import (
     LOAD_TIED_CONFIG_DTYPE_EXPORT,
     LOAD_TIED_LR0_EXPORT,
     LOAD_TIED_TRAIN_EXPORT,
@@ -42,33 +42,33 @@ def _manifest(tensors: dict) -> list[list]:
 
 
 @pytest.mark.slow
-def test_tied_export_reloads_missing_only_lm_head(platform, titan_runs, record_property):
+def test_tied_export_reloads_missing_only_lm_head(titan_runs, record_property):
     """Tied checkpoint in, HF export out, read back with transformers: missing keys exactly
     {lm_head.weight}, none unexpected, and the reloaded lm_head is the embedding."""
     run = require_trained(titan_runs.get(LOAD_TIED_LR0_EXPORT))
     source = titan_runs.checkpoints("hf_tied")
     model, result, tensors = hf_reference.reload_with_transformers(run.export_dir(), source)
     record_property("export_manifest", json.dumps(_manifest(tensors)))
-    expect_equal(sorted(result.missing_keys), ["lm_head.weight"], "tied export: only lm_head.weight missing", run)
-    expect_equal(result.unexpected_keys, [], "tied export: no unexpected key", run)
+    expect_equal("tied export: only lm_head.weight missing", ["lm_head.weight"], sorted(result.missing_keys), run)
+    expect_equal("tied export: no unexpected key", [], result.unexpected_keys, run)
     expect(model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr(),
            "the reloaded lm_head is tied to the embedding", "same storage", "separate tensors", run)
 
 
-@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
+@pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
-def test_untied_export_reloads_complete(platform, titan_runs, record_property):
+def test_untied_export_reloads_complete(titan_runs, record_property):
     """Untied checkpoint in, export out: nothing missing, nothing unexpected."""
     run = require_trained(titan_runs.get(LOAD_UNTIED_LR0_EXPORT))
     model, result, tensors = hf_reference.reload_with_transformers(
         run.export_dir(), titan_runs.checkpoints("hf_untied"))
     record_property("export_manifest", json.dumps(_manifest(tensors)))
-    expect_equal((result.missing_keys, result.unexpected_keys), ([], []),
-                 "untied export: no missing, no unexpected key", run)
+    expect_equal("untied export: no missing, no unexpected key", ([], []),
+                 (result.missing_keys, result.unexpected_keys), run)
 
 
 @pytest.mark.slow
-def test_zero_step_export_equals_source(platform, titan_runs):
+def test_zero_step_export_equals_source(titan_runs):
     """A run that does not change the weights (1 step at learning rate 0; torchtitan writes
     no export for 0 steps) exports every source tensor bit for bit, under the source's
     names: the ``model.`` prefix is removed on load and restored on export; the tied
@@ -76,9 +76,9 @@ def test_zero_step_export_equals_source(platform, titan_runs):
     _zero_step_export_equals_source(titan_runs, LOAD_TIED_LR0_EXPORT, "hf_tied")
 
 
-@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
+@pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
-def test_zero_step_untied_export_equals_source(platform, titan_runs):
+def test_zero_step_untied_export_equals_source(titan_runs):
     """The same for an untied checkpoint: every tensor, ``lm_head.weight`` included."""
     _zero_step_export_equals_source(titan_runs, LOAD_UNTIED_LR0_EXPORT, "hf_untied")
 
@@ -89,15 +89,15 @@ def _zero_step_export_equals_source(titan_runs, spec, which):
     source = checkpoints.read_tensors(titan_runs.checkpoints(which))
     exported = checkpoints.read_tensors(run.export_dir())
     expected_keys = sorted(k for k in source if not (which == "hf_tied" and k == "lm_head.weight"))
-    expect_equal(sorted(exported), expected_keys, "the export has the source's tensor names", run)
+    expect_equal("the export has the source's tensor names", expected_keys, sorted(exported), run)
     expect(all(k.startswith("model.") or k == "lm_head.weight" for k in exported),
            "exported names carry HF's model. prefix", "model.*", sorted(exported)[:3], run)
     differing = [k for k in expected_keys if not torch.equal(exported[k], source[k])]
-    expect_equal(differing, [], "every exported tensor equals its source, bit for bit", run)
+    expect_equal("every exported tensor equals its source, bit for bit", [], differing, run)
 
 
 @pytest.mark.slow
-def test_trained_export_gives_the_trained_models_logits(platform, titan_runs, record_property):
+def test_trained_export_gives_the_trained_models_logits(tier, titan_runs, record_property):
     """After 10 steps, the export read back with transformers gives the logits of the run's
     own final weights (gathered from the shards inside the run, torchtitan's names)."""
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
@@ -105,7 +105,7 @@ def test_trained_export_gives_the_trained_models_logits(platform, titan_runs, re
     final = run.final_state()
     hf_model, result, _ = hf_reference.reload_with_transformers(run.export_dir(), source_dir)
     titan_model = hf_reference.titan_model_from_state(final, source_dir)
-    tokens = torch.randint(0, platform.vocab_size, (2, 128), generator=torch.Generator().manual_seed(3))
+    tokens = torch.randint(0, tier.vocab_size, (2, 128), generator=torch.Generator().manual_seed(3))
     err = (hf_reference.logits_of(hf_model, tokens) - hf_reference.logits_of(titan_model, tokens)).abs().max().item()
     record_property("trained_export_max_abs_logit_error", err)
     expect(err <= LOGIT_ATOL, "reloaded export reproduces the trained model's logits",
@@ -117,27 +117,27 @@ def test_trained_export_gives_the_trained_models_logits(platform, titan_runs, re
 
 
 @pytest.mark.slow
-def test_export_dtype_is_what_the_config_says(platform, titan_runs):
+def test_export_dtype_is_what_the_config_says(titan_runs):
     """The exported dtype is the config's ``checkpoint.export_dtype`` (whatever it is)."""
     run = require_trained(titan_runs.get(LOAD_TIED_CONFIG_DTYPE_EXPORT))
     wanted = json.loads((run.dump_dir / "resolved_config.json").read_text())["checkpoint"]["export_dtype"]
     dtypes = {str(t.dtype).replace("torch.", "") for t in checkpoints.read_tensors(run.export_dir()).values()}
-    expect_equal(dtypes, {wanted}, "export dtype equals checkpoint.export_dtype", run)
+    expect_equal("export dtype equals checkpoint.export_dtype", {wanted}, dtypes, run)
 
 
 @pytest.mark.slow
-def test_float32_training_is_not_silently_downcast_on_export(platform, titan_runs):
+def test_float32_training_is_not_silently_downcast_on_export(titan_runs):
     """A float32 run of the write-up's config exports float32 unless the user asked for
     less. Upstream: ``qwen3_32b()``, which the write-up's config starts from only because no
     ``qwen3_4b()`` exists, sets ``export_dtype="float16"``: the export is silently halved."""
     run = require_trained(titan_runs.get(LOAD_TIED_CONFIG_DTYPE_EXPORT))
     dtypes = {str(t.dtype).replace("torch.", "") for t in checkpoints.read_tensors(run.export_dir()).values()}
-    expect_equal(dtypes, {"float32"}, "a float32 training run exports float32", run)
+    expect_equal("a float32 training run exports float32", {"float32"}, dtypes, run)
 
 
-@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
+@pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
-def test_tied_model_does_not_silently_drop_untied_lm_head(platform, titan_runs):
+def test_tied_model_does_not_silently_drop_untied_lm_head(titan_runs):
     """A tied model loading an untied checkpoint must not drop its ``lm_head.weight``
     silently: the load fails or at least says so. Upstream loads and ignores it."""
     run = titan_runs.get(TIED_MODEL_UNTIED_CHECKPOINT)
@@ -149,9 +149,9 @@ def test_tied_model_does_not_silently_drop_untied_lm_head(platform, titan_runs):
            "a log line naming lm_head", "the run trained and said nothing", run)
 
 
-@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
+@pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
-def test_untied_model_rejects_tied_checkpoint_clearly(platform, titan_runs):
+def test_untied_model_rejects_tied_checkpoint_clearly(titan_runs):
     """An untied model loading a tied checkpoint fails fast, naming ``lm_head.weight``, with
     no process left behind."""
     run = titan_runs.get(UNTIED_MODEL_TIED_CHECKPOINT)
@@ -160,30 +160,30 @@ def test_untied_model_rejects_tied_checkpoint_clearly(platform, titan_runs):
     log = run.all_logs()
     expect("Missing key in checkpoint state_dict: lm_head.weight" in log, "the error names lm_head.weight",
            "Missing key ... lm_head.weight", log[-600:], run)
-    expect_equal(run.launch.leftover_pids, [], "no process is left behind", run)
+    expect_equal("no process is left behind", [], run.launch.leftover_pids, run)
 
 
-@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
+@pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "names"), [
     pytest.param("bad_truncated", "model.safetensors", id="truncated"),
     pytest.param("bad_missing_shard", "model-00002-of-00002.safetensors", id="missing_shard"),
     pytest.param("bad_wrong_shape", "model.layers.0.mlp.up_proj.weight", id="wrong_shape"),
 ])
-def test_bad_checkpoint_fails_fast_naming_the_culprit(platform, titan_runs, kind, names):
+def test_bad_checkpoint_fails_fast_naming_the_culprit(titan_runs, kind, names):
     """Straight into torchtitan (the harness's validation off): a broken checkpoint fails the
     run fast, with no hang and no process left behind, and the error names the file or
     tensor at fault."""
     run = titan_runs.get(bad_checkpoint_run(kind))
     expect(not run.ok and not run.timed_out, f"{kind}: the run fails without hanging",
            "a failed run", "ok" if run.ok else "timed out", run)
-    expect_equal(run.launch.leftover_pids, [], f"{kind}: no process is left behind", run)
+    expect_equal(f"{kind}: no process is left behind", [], run.launch.leftover_pids, run)
     log = run.all_logs()
     errors = [l for l in log.splitlines() if "Error" in l or "Exception" in l]
     expect(any(names in l for l in errors), f"{kind}: the error names {names}", names, errors[-3:], run)
 
 
-@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
+@pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.parametrize(("kind", "names"), [
     pytest.param("bad_truncated", "model.safetensors: truncated", id="truncated"),
     pytest.param("bad_missing_shard", "names shard model-00002-of-00002.safetensors, which is missing",
@@ -192,11 +192,11 @@ def test_bad_checkpoint_fails_fast_naming_the_culprit(platform, titan_runs, kind
                  "config.json implies [128, 64]", id="wrong_shape"),
     pytest.param("bad_no_tokenizer", "no tokenizer", id="no_tokenizer"),
 ])
-def test_harness_refuses_bad_checkpoint_before_launch(platform, titan_runs, kind, names):
+def test_harness_refuses_bad_checkpoint_before_launch(titan_runs, kind, names):
     """The harness validates a checkpoint folder before any rank starts (headers parsed as
     JSON, never unpickled; data coverage; index shards; shapes against config.json; a
     tokenizer) and names the file at fault. Nothing is launched."""
-    from fixtures.runs import RunSpec
+    from fixtures.runs.spec import RunSpec
 
     spec = RunSpec(config="dense_native", steps=1, load=kind)
     with pytest.raises(checkpoints.CheckpointError) as err:
@@ -206,8 +206,8 @@ def test_harness_refuses_bad_checkpoint_before_launch(platform, titan_runs, kind
            "no run folder", titan_runs.key(spec))
 
 
-@pytest.mark.only_tiers("cpu", reason=platforms.TINY_CHECKPOINT_VARIANTS)
-def test_missing_config_json_is_reported_when_needed(platform, titan_runs):
+@pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
+def test_missing_config_json_is_reported_when_needed(titan_runs):
     """The native path reads no config.json (its architecture is in the torchtitan config);
     the transformers backend needs one: the validator says so when asked."""
     folder = titan_runs.checkpoints("bad_no_config")

@@ -10,12 +10,10 @@ does" (``components`` reads only "model" and "loss"; "grad_clip" is silently ign
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from fixtures.contract import expect, require_trained
-from fixtures.run_definitions import DENSE_NATIVE, compiled_dense
+from fixtures.contract import expect, expect_close_series, require_trained
+from fixtures.runs.catalogue import DENSE_NATIVE, compiled_dense
 
 pytestmark = pytest.mark.compile
 
@@ -23,31 +21,27 @@ KNOWN_COMPONENTS = ("model", "loss")
 
 
 @pytest.mark.slow
-def test_compiled_losses_match_eager(platform, titan_runs):
+def test_compiled_losses_match_eager(tier, titan_runs, record_property):
     """The same run, compiled, has per-step losses equal to eager within the tier's
     compile_rtol, and the log shows the model and the loss were compiled."""
     eager = require_trained(titan_runs.get(DENSE_NATIVE))
-    compiled = require_trained(titan_runs.get(compiled_dense(platform)))
+    compiled = require_trained(titan_runs.get(compiled_dense(tier)))
     log = compiled.log_text(0)
     expect("Compiling each TransformerBlock with torch.compile" in log
            and "Compiling the loss function with torch.compile" in log,
            "the compiled run compiled the model blocks and the loss", "both log lines",
            [l for l in log.splitlines() if "ompil" in l][:5], compiled)
-    rtol = platform.numerics.compile_rtol
-    for a, b in zip(eager.steps, compiled.steps):
-        expect(math.isclose(a["loss"], b["loss"], rel_tol=rtol, abs_tol=0.0),
-               f"step {a['step']}: compiled loss equals eager within {rtol}", a["loss"], b["loss"],
-               compiled, detail=f"eager run: {eager.run_dir}")
-    expect(len(compiled.steps) == len(eager.steps), "both runs trained every step",
-           len(eager.steps), len(compiled.steps), compiled)
+    expect_close_series(compiled.losses(), eager.losses(), tier.numerics.compile_rtol,
+                        "the compiled run's per-step losses equal eager's", compiled, record_property,
+                        detail=f"eager run: {eager.run_dir}")
 
 
 @pytest.mark.slow
-def test_compile_components_honoured_or_rejected(platform, titan_runs):
+def test_compile_components_honoured_or_rejected(tier, titan_runs):
     """Every entry of ``CompileConfig.components`` is either honoured (its compilation shows
     in the log) or rejected (the run fails naming it). The write-up lists "grad_clip";
     upstream 0.3.0 accepts it and does nothing with it: a known deviation."""
-    run = titan_runs.get(compiled_dense(platform))
+    run = titan_runs.get(compiled_dense(tier))
     log = run.log_text(0)
     requested = run.spec.arg_value("--compile.components").split(",")
     for component in requested:

@@ -2,7 +2,7 @@
 
 The expected batch of every rank comes from the corpus files and the tokenizer's own files
 (``fixtures.packing``), never from the run; the run's first batch is recorded inside it, as
-the model saw it (``fixtures.titan.probes``). The labels of the same batch are held by
+the model saw it (``fixtures.rank.titan.probes``). The labels of the same batch are held by
 ``conformance/test_loss.py::test_labels_are_the_inputs_shifted_by_one``.
 """
 
@@ -14,12 +14,12 @@ import pytest
 
 from fixtures import packing
 from fixtures.contract import expect, fail, require_trained
-from fixtures.run_definitions import DENSE_NATIVE
+from fixtures.runs.catalogue import DENSE_NATIVE
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 
 
-def test_each_rank_reads_its_shard_packed_in_order(platform, titan_runs):
+def test_each_rank_reads_its_shard_packed_in_order(titan_runs):
     """With dp > 1, rank r's first batch is the first ``local_batch_size`` rows of
     ``seq_len`` tokens of its contiguous block of the dataset (``Dataset.shard(dp, r)``),
     every document tokenized with the configured tokenizer, BOS (if the tokenizer has one)

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from fixtures.contract import expect, expect_equal, fail, require_trained
-from fixtures.model_shapes import TINY, TINY_MOE
-from fixtures.run_definitions import MOE_NATIVE
+from fixtures.rank.model_shapes import TINY, TINY_MOE
+from fixtures.runs.catalogue import MOE_NATIVE
 
 pytestmark = pytest.mark.moe
 
@@ -30,27 +30,27 @@ FP32_LOGIT_ATOL = 2e-5
 
 
 @pytest.mark.slow
-def test_moe_run_shape_and_parallelism(platform, titan_runs):
+def test_moe_run_shape_and_parallelism(tier, titan_runs):
     """The MoE run has the write-up's shape and layout: 4 MoE layers of 64 experts, expert
     and tensor parallel degree 1, FSDP over every rank, SDPA attention in every layer."""
     run = require_trained(titan_runs.get(MOE_NATIVE))
     probe = run.placements(0)
     dims = probe["parallel_dims"]
-    expect_equal((dims["dp_shard"], dims["ep"], dims["tp"]), (platform.nproc_per_node, 1, 1),
-                 "FSDP over all ranks, EP 1, TP 1", run)
+    expect_equal("FSDP over all ranks, EP 1, TP 1", (tier.nproc_per_node, 1, 1),
+                 (dims["dp_shard"], dims["ep"], dims["tp"]), run)
     classes = probe["module_classes"]
     # Found by their place in the module tree (``layers.N.moe.router``, stacked 3-D expert
     # weights under ``layers.N.moe``), not by upstream class or parameter names, which the NKI
     # MoE recipe may replace.
     routers = sorted(n for n in classes if n.endswith(".router"))
-    expect_equal(len(routers), WRITEUP_LAYERS, "4 MoE layers, one router each", run)
+    expect_equal("4 MoE layers, one router each", WRITEUP_LAYERS, len(routers), run)
     attention = {c for n, c in classes.items() if n.endswith("inner_attention")}
-    expect_equal(attention, {"ScaledDotProductAttention"}, "every layer uses SDPA attention", run)
+    expect_equal("every layer uses SDPA attention", {"ScaledDotProductAttention"}, attention, run)
     layers = {}
     for name, p in probe["parameters"].items():
         if ".moe." in name and "experts" in name and len(p["global_shape"]) == 3:
             layers.setdefault(name.split(".moe.", 1)[0], []).append(p)
-    expect_equal(len(layers), WRITEUP_LAYERS, "every MoE layer has stacked expert weights", run,
+    expect_equal("every MoE layer has stacked expert weights", WRITEUP_LAYERS, len(layers), run,
                  detail=str(sorted(layers)))
     for layer, params in sorted(layers.items()):
         expect(all(p["global_shape"][0] == WRITEUP_EXPERTS and p["placements"] == ["S(0)"] for p in params),
@@ -60,7 +60,7 @@ def test_moe_run_shape_and_parallelism(platform, titan_runs):
 
 @pytest.mark.only_tiers("trn2", reason="the NKI MoE recipe (torchtitan_neuron) exists only on the Neuron stack")
 @pytest.mark.slow
-def test_nki_moe_swaps_experts_and_rope(platform, titan_runs):
+def test_nki_moe_swaps_experts_and_rope(titan_runs):
     """The write-up's MoE recipe swaps the grouped-experts implementation and uses a
     gather-free rotary embedding: no layer runs upstream's ``GroupedExperts`` or
     ``CosSinRoPE`` class itself."""
@@ -72,21 +72,21 @@ def test_nki_moe_swaps_experts_and_rope(platform, titan_runs):
 
 
 @pytest.mark.slow
-def test_every_token_routed_to_four_distinct_experts(platform, titan_runs):
+def test_every_token_routed_to_four_distinct_experts(tier, titan_runs):
     """Observed inside the run on every rank and layer: each token goes to exactly top_k=4
     distinct experts, all ids within the 64 experts."""
     run = require_trained(titan_runs.get(MOE_NATIVE))
-    for rank in range(platform.nproc_per_node):
+    for rank in range(tier.nproc_per_node):
         stats = run.router_records(rank)
-        expect_equal(len(stats), WRITEUP_LAYERS, f"rank {rank}: every router was observed", run)
+        expect_equal(f"rank {rank}: every router was observed", WRITEUP_LAYERS, len(stats), run)
         for name, s in sorted(stats.items()):
             where = f"rank {rank} {name}"
             expect(s["calls"] > 0, f"{where} routed tokens", "> 0 calls", s["calls"], run)
-            expect_equal(s["k"], [WRITEUP_TOP_K], f"{where}: top-4 ids per token", run)
-            expect_equal((s["min_distinct"], s["max_distinct"]), (WRITEUP_TOP_K, WRITEUP_TOP_K),
-                         f"{where}: every token gets 4 distinct experts", run)
-            expect_equal(s["out_of_range"], 0, f"{where}: expert ids within range", run)
-            expect_equal(s["num_experts"], WRITEUP_EXPERTS, f"{where}: 64 experts", run)
+            expect_equal(f"{where}: top-4 ids per token", [WRITEUP_TOP_K], s["k"], run)
+            expect_equal(f"{where}: every token gets 4 distinct experts", (WRITEUP_TOP_K, WRITEUP_TOP_K),
+                         (s["min_distinct"], s["max_distinct"]), run)
+            expect_equal(f"{where}: expert ids within range", 0, s["out_of_range"], run)
+            expect_equal(f"{where}: 64 experts", WRITEUP_EXPERTS, s["num_experts"], run)
 
 
 # ----------------------------------------------------------------------------- weights
@@ -96,15 +96,13 @@ def _hf_moe(tmp_path, scale: float):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     torch.manual_seed(0)
+    dense = {k: v for k, v in TINY.to_hf().items() if k != "rope_theta"}
     config = Qwen3MoeConfig(
-        vocab_size=TINY.vocab_size, hidden_size=TINY.dim, intermediate_size=TINY.hidden_dim,
-        moe_intermediate_size=TINY_MOE.moe_hidden_dim, num_hidden_layers=TINY_MOE.n_layers,
-        num_attention_heads=TINY.n_heads, num_key_value_heads=TINY.n_kv_heads,
-        head_dim=TINY.head_dim, num_experts=TINY_MOE.num_experts,
+        **{**dense, "num_hidden_layers": TINY_MOE.n_layers},
+        moe_intermediate_size=TINY_MOE.moe_hidden_dim, num_experts=TINY_MOE.num_experts,
         num_experts_per_tok=TINY_MOE.top_k, norm_topk_prob=True, decoder_sparse_step=1,
-        mlp_only_layers=[], max_position_embeddings=TINY.max_seq_len,
-        rope_parameters={"rope_type": "default", "rope_theta": TINY.rope_theta},
-        rms_norm_eps=TINY.norm_eps, tie_word_embeddings=False, attn_implementation="sdpa")
+        mlp_only_layers=[], rope_parameters={"rope_type": "default", "rope_theta": TINY.rope_theta},
+        tie_word_embeddings=False, attn_implementation="sdpa")
     model = Qwen3MoeForCausalLM(config).float().eval()
     with torch.no_grad():  # non-trivial norms and routing, so a mix-up would show
         for name, p in model.named_parameters():
@@ -123,7 +121,7 @@ def moe_pair(tmp_path_factory):
     from safetensors.torch import load_file
     from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 
-    from fixtures.titan.tiny_qwen3 import tiny_qwen3_moe_model
+    from fixtures.rank.titan.tiny_qwen3 import tiny_qwen3_moe_model
 
     hf, path = _hf_moe(tmp_path_factory.mktemp("moe"), scale=10.0)
     on_disk = load_file(str(path / "model.safetensors"))
@@ -138,23 +136,23 @@ def moe_pair(tmp_path_factory):
                 converted=converted, load_result=result)
 
 
-def test_moe_keys_round_trip(platform, moe_pair):
+def test_moe_keys_round_trip(moe_pair):
     """HF -> torchtitan (stacked experts) -> HF: every key accounted for; the only model keys
     the checkpoint does not provide are the ``expert_bias`` buffers, named as such; the
     export has exactly the checkpoint's keys with bit-equal values."""
     missing = moe_pair["load_result"].missing_keys
     unexpected = moe_pair["load_result"].unexpected_keys
-    expect_equal(unexpected, [], "no unexpected key after from_hf")
+    expect_equal("no unexpected key after from_hf", [], unexpected)
     expect(all(k.endswith("moe.expert_bias_E") or k.endswith("moe.expert_bias") for k in missing)
            and len(missing) == WRITEUP_LAYERS,
            "only the expert_bias buffers (one per layer) are not in the checkpoint",
            "layers.N.moe.expert_bias*", missing)
     exported = moe_pair["adapter"].to_hf(dict(moe_pair["titan"].state_dict()))
     on_disk = moe_pair["on_disk"]
-    expect_equal(sorted(set(on_disk) - set(exported)), [], "no checkpoint key lost on export")
-    expect_equal(sorted(set(exported) - set(on_disk)), [], "no extra key on export")
+    expect_equal("no checkpoint key lost on export", [], sorted(set(on_disk) - set(exported)))
+    expect_equal("no extra key on export", [], sorted(set(exported) - set(on_disk)))
     worst = max((exported[k].float() - on_disk[k].float()).abs().max().item() for k in on_disk)
-    expect_equal(worst, 0.0, "exported values equal the checkpoint's, bit for bit")
+    expect_equal("exported values equal the checkpoint's, bit for bit", 0.0, worst)
 
 
 def _logits(pair, tokens):
@@ -162,7 +160,7 @@ def _logits(pair, tokens):
         return pair["hf"](tokens).logits.float(), pair["titan"](tokens).float()
 
 
-def test_moe_fp32_logit_parity(platform, moe_pair, record_property):
+def test_moe_fp32_logit_parity(moe_pair, record_property):
     """float32 model, float32 expectation: torchtitan's logits equal transformers' within
     fp32 tolerance. Upstream computes the experts in bf16 whatever the model dtype, so this
     is a known deviation; the measured error and argmax agreement are reported."""
@@ -176,18 +174,18 @@ def test_moe_fp32_logit_parity(platform, moe_pair, record_property):
            f"<= {FP32_LOGIT_ATOL}", err, detail=f"argmax agreement {agree:.4f}; |ref| max {ref.abs().max():.3f}")
 
 
-def test_moe_adapter_parity_with_fp32_experts(platform, moe_pair):
+def test_moe_adapter_parity_with_fp32_experts(moe_pair):
     """With the experts computed in float32 (the same grouped matmul without the bf16
     casts), the converted weights give transformers' logits: the adapter is right, and the
     drift above is the bf16 cast alone."""
-    from fixtures.titan import fp32_experts
+    from fixtures.rank.titan import fp32_experts
 
     tokens = torch.randint(0, TINY.vocab_size, (2, 64), generator=torch.Generator().manual_seed(1))
     with fp32_experts.experts_in_fp32(moe_pair["titan"]):
         ref, out = _logits(moe_pair, tokens)
     err = (out - ref).abs().max().item()
     expect(err <= FP32_LOGIT_ATOL, "fp32 experts: logits match transformers", f"<= {FP32_LOGIT_ATOL}", err)
-    expect_equal((out.argmax(-1) == ref.argmax(-1)).float().mean().item(), 1.0, "argmax agrees everywhere")
+    expect_equal("argmax agrees everywhere", 1.0, (out.argmax(-1) == ref.argmax(-1)).float().mean().item())
 
 
 # ----------------------------------------------------------------------------- beyond routing counts
@@ -212,7 +210,7 @@ def _router_calls(io: dict) -> dict:
     return calls
 
 
-def test_gate_weights_ignore_the_load_balancing_bias(platform, titan_runs, record_property):
+def test_gate_weights_ignore_the_load_balancing_bias(tier, titan_runs, record_property):
     """On every rank and MoE layer, for each router call recorded inside the run (its input,
     gate weight and bias as the forward used them): the experts chosen are the top 4 of
     softmax(gate(x)) + bias, and the weights they get are softmax(gate(x)) at those experts,
@@ -222,7 +220,7 @@ def test_gate_weights_ignore_the_load_balancing_bias(platform, titan_runs, recor
     import torch
 
     run = require_trained(titan_runs.get(MOE_NATIVE))
-    rtol = platform.numerics.router_rtol
+    rtol = tier.numerics.router_rtol
     worst, compared, moved, ambiguous = 0.0, 0, 0, 0
     with_bias = 0
     for rank in range(run.world_size):
@@ -273,7 +271,7 @@ def test_gate_weights_ignore_the_load_balancing_bias(platform, titan_runs, recor
            run)
 
 
-def test_expert_bias_moves_and_agrees_across_ranks(platform, titan_runs):
+def test_expert_bias_moves_and_agrees_across_ranks(titan_runs):
     """After every optimizer step, every MoE layer's load-balancing bias is identical on all
     ranks (it is computed from the token counts of all ranks, so one rank's drift would route
     its tokens differently from the others' forever), and it is non-zero after the first step
@@ -281,11 +279,11 @@ def test_expert_bias_moves_and_agrees_across_ranks(platform, titan_runs):
     run = require_trained(titan_runs.get(MOE_NATIVE))
     per_rank = [run.expert_biases(r) for r in range(run.world_size)]
     for rank, steps in enumerate(per_rank):
-        expect_equal([s["step"] for s in steps], list(range(1, run.spec.steps + 1)),
-                     f"rank {rank} recorded the bias after every step", run)
+        expect_equal(f"rank {rank} recorded the bias after every step", list(range(1, run.spec.steps + 1)),
+                     [s["step"] for s in steps], run)
     for index in range(run.spec.steps):
         reference = per_rank[0][index]["bias"]
-        expect_equal(len(reference), WRITEUP_LAYERS, "every MoE layer's bias was recorded", run)
+        expect_equal("every MoE layer's bias was recorded", WRITEUP_LAYERS, len(reference), run)
         for layer, bias in sorted(reference.items()):
             expect(bias is not None, f"{layer} has a load-balancing bias", "a bias buffer", bias, run)
             expect(any(v != 0 for v in bias), f"step {index + 1}, {layer}: the bias moved",
@@ -334,7 +332,7 @@ def _qwen3_moe_config(tensors: dict, top_k: int):
         decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings="lm_head.weight" not in tensors)
 
 
-def test_moe_export_has_every_expert_under_its_global_id(platform, titan_runs, tmp_path):
+def test_moe_export_has_every_expert_under_its_global_id(titan_runs, tmp_path):
     """The HF export of the multi-rank MoE run (experts sharded over the ranks by FSDP) has,
     in every layer, exactly one gate, up and down projection for each of the 64 expert ids
     (none missing, none twice, none out of range), each bit-equal to that expert's weights as
@@ -348,8 +346,8 @@ def test_moe_export_has_every_expert_under_its_global_id(platform, titan_runs, t
     run = require_trained(titan_runs.get(MOE_NATIVE))
     tensors = checkpoints.read_tensors(run.export_dir())
     stacked = _stacked_experts(final_state.assemble(run.probe_dir, run.world_size))
-    expect_equal(len({layer for layer, _ in stacked}), WRITEUP_LAYERS,
-                 "the final state has stacked experts in every MoE layer", run)
+    expect_equal("the final state has stacked experts in every MoE layer", WRITEUP_LAYERS,
+                 len({layer for layer, _ in stacked}), run)
     seen: dict = {}
     for key in tensors:
         if (m := EXPERT_KEY.fullmatch(key)):
@@ -358,8 +356,8 @@ def test_moe_export_has_every_expert_under_its_global_id(platform, titan_runs, t
     for layer in range(WRITEUP_LAYERS):
         for proj, stacked_name in STACKED.items():
             ids = sorted(seen.get((layer, proj), []))
-            expect_equal(ids, list(range(WRITEUP_EXPERTS)),
-                         f"layer {layer} {proj}_proj: every expert id once, none missing or extra", run)
+            expect_equal(f"layer {layer} {proj}_proj: every expert id once, none missing or extra", list(range(WRITEUP_EXPERTS)),
+                         ids, run)
             trained = stacked[(layer, stacked_name)]
             differ = [e for e in range(WRITEUP_EXPERTS)
                       if not torch.equal(tensors[f"model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight"].float(),
@@ -378,8 +376,8 @@ def test_moe_export_has_every_expert_under_its_global_id(platform, titan_runs, t
     top_k = run.router_records(0)[sorted(run.router_records(0))[0]]["configured_top_k"]
     _qwen3_moe_config(tensors, top_k).save_pretrained(str(folder))
     model, info = Qwen3MoeForCausalLM.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
-    expect_equal((sorted(info["missing_keys"]), sorted(info["unexpected_keys"]), sorted(info["mismatched_keys"])),
-                 ([], [], []), "transformers loads the export with no key missing, unexpected or mismatched", run)
+    expect_equal("transformers loads the export with no key missing, unexpected or mismatched",
+                 ([], [], []), (sorted(info["missing_keys"]), sorted(info["unexpected_keys"]), sorted(info["mismatched_keys"])), run)
     x = torch.randn(WRITEUP_EXPERTS, tensors["model.embed_tokens.weight"].shape[1],
                     generator=torch.Generator().manual_seed(0))
     one_each = torch.arange(WRITEUP_EXPERTS).unsqueeze(1)  # token e goes to expert e alone, weight 1

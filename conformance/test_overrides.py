@@ -25,11 +25,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixtures import probe_files
+from fixtures.rank import probe_files
 from fixtures.contract import expect, expect_equal, require_trained
-from fixtures.run_definitions import LAYER_OVERRIDE, LAYER_OVERRIDE_KWARGS, layers_10_to_19
-from fixtures.titan.api import detect
-from fixtures.titan.selectors import WRITEUP_SELECTOR
+from fixtures.runs.catalogue import LAYER_OVERRIDE, LAYER_OVERRIDE_KWARGS, layers_10_to_19
+from fixtures.rank.titan.api import detect
+from fixtures.rank.titan.selectors import WRITEUP_SELECTOR
 
 pytestmark = pytest.mark.overrides
 
@@ -90,11 +90,11 @@ class Registered:
 
 def register(fqns, target=None, factory=None) -> Registered:
     """Register an override in a fresh module, with the installed override API
-    (``fixtures.titan.api``): named ``<module>.ov`` on both APIs."""
+    (``fixtures.rank.titan.api``): named ``<module>.ov`` on both APIs."""
     from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE
 
-    from fixtures.titan.rope_override import KernelRoPE
+    from fixtures.rank.titan.rope_override import KernelRoPE
 
     module_name = f"conformance_dynamic_overrides_{next(_counter)}"
     module = types.ModuleType(module_name)
@@ -113,7 +113,7 @@ def register(fqns, target=None, factory=None) -> Registered:
 
 
 def trainer_config(n_layers: int):
-    from fixtures.titan.tiny_qwen3 import tiny_trainer_config
+    from fixtures.rank.titan.tiny_qwen3 import tiny_trainer_config
 
     return tiny_trainer_config(n_layers=n_layers)
 
@@ -125,7 +125,7 @@ def apply(imports, root) -> list[str]:
 
 
 def replaced_layers(model_config) -> list[int]:
-    from fixtures.titan.rope_override import KernelRoPE
+    from fixtures.rank.titan.rope_override import KernelRoPE
 
     return [i for i, layer in enumerate(model_config.layers)
             if isinstance(layer.attention.rope, KernelRoPE.Config)]
@@ -139,44 +139,44 @@ def only_ropes_replaced(lines: list[str]) -> bool:
 
 
 @given(n_layers=st.integers(1, 128))
-def test_writeup_selector_on_module_fqns(platform, n_layers):
+def test_writeup_selector_on_module_fqns(n_layers):
     """At the model level (bare module FQNs, as the ``override()`` docstring shows), the
     write-up's ``layers.1[0-9].attention.rope`` selects exactly layers 10 to 19 that exist:
     none when L <= 10, fewer when L < 20, never 1 or 100-119, and only their RoPE."""
     model = trainer_config(n_layers).model_spec.model
     lines = apply([register([WRITEUP_SELECTOR]).entry], model)
-    expect_equal(replaced_layers(model), writeup_layers(n_layers),
-                 f"{WRITEUP_SELECTOR} on a {n_layers}-layer model selects layers 10..19", detail="\n".join(lines))
+    expect_equal(f"{WRITEUP_SELECTOR} on a {n_layers}-layer model selects layers 10..19", writeup_layers(n_layers),
+                 replaced_layers(model), detail="\n".join(lines))
     expect(only_ropes_replaced(lines), "only attention.rope nodes are replaced", "attention.rope", lines)
 
 
 @given(n_layers=st.integers(1, 128))
-def test_writeup_selector_under_trainer(platform, n_layers):
+def test_writeup_selector_under_trainer(n_layers):
     """Under the trainer (``apply_overrides`` on the ``Trainer.Config``, as ``Trainer``
     does), the write-up's selector must select layers 10 to 19. Upstream 0.3.0 matches from
     the ``Trainer.Config`` root, so the bare selector matches nothing and only warns: a
     known deviation, listed in the stack's expectations file."""
     config = trainer_config(n_layers)
     lines = apply([register([WRITEUP_SELECTOR]).entry], config)
-    expect_equal(replaced_layers(config.model_spec.model), writeup_layers(n_layers),
-                 f"{WRITEUP_SELECTOR} under the trainer selects layers 10..19 of {n_layers}",
+    expect_equal(f"{WRITEUP_SELECTOR} under the trainer selects layers 10..19 of {n_layers}", writeup_layers(n_layers),
+                 replaced_layers(config.model_spec.model),
                  detail="\n".join(lines) or "no replacement lines")
 
 
 @pytest.mark.parametrize("selector", ["model_spec.model.layers.1[0-9].attention.rope",
                                       "*layers.1[0-9].attention.rope"])
 @given(n_layers=st.integers(1, 128))
-def test_rooted_selectors_under_trainer(platform, selector, n_layers):
+def test_rooted_selectors_under_trainer(selector, n_layers):
     """The spellings that do select layers 10 to 19 under the trainer: rooted at
     ``model_spec.model``, or with a leading ``*``."""
     config = trainer_config(n_layers)
     lines = apply([register([selector]).entry], config)
-    expect_equal(replaced_layers(config.model_spec.model), writeup_layers(n_layers),
-                 f"{selector} under the trainer selects layers 10..19 of {n_layers}", detail="\n".join(lines))
+    expect_equal(f"{selector} under the trainer selects layers 10..19 of {n_layers}", writeup_layers(n_layers),
+                 replaced_layers(config.model_spec.model), detail="\n".join(lines))
     expect(only_ropes_replaced(lines), "only attention.rope nodes are replaced", "attention.rope", lines)
 
 
-def test_leading_star_crosses_dots(platform):
+def test_leading_star_crosses_dots():
     """fnmatch's ``*`` crosses dots. ``*layers.1[0-9].attention.rope`` still cannot reach
     layers 1 or 100-127 (the digit class takes exactly one character), but ``*layers.1*``
     reaches 1, 10-19 and 100-127, and ``*1[0-9].attention.rope`` also reaches 110-119: a
@@ -188,8 +188,8 @@ def test_leading_star_crosses_dots(platform):
     ):
         config = trainer_config(128)
         lines = apply([register([selector]).entry], config)
-        expect_equal(replaced_layers(config.model_spec.model), expected,
-                     f"{selector} on 128 layers selects {expected[:3]}...{expected[-2:]}")
+        expect_equal(f"{selector} on 128 layers selects {expected[:3]}...{expected[-2:]}", expected,
+                     replaced_layers(config.model_spec.model))
         expect(only_ropes_replaced(lines), f"{selector} replaces only RoPE nodes (the target class)",
                "attention.rope", lines)
 
@@ -209,7 +209,7 @@ def selectors(draw):
 
 @settings(max_examples=500)
 @given(selector=selectors(), n_layers=st.integers(1, 128))
-def test_selector_matches_oracle(platform, selector, n_layers):
+def test_selector_matches_oracle(selector, n_layers):
     """For any selector built from literal parts, ``*``, ``?`` and ``[a-b]`` classes, the
     nodes ``apply_overrides`` replaces under the trainer are exactly those the oracle
     (fnmatch's documented rules, written by hand) accepts among the model's RoPE FQNs."""
@@ -219,14 +219,14 @@ def test_selector_matches_oracle(platform, selector, n_layers):
     fqns = [fqn for fqn, *_ in config.traverse(RoPE.Config)]
     expected = [int(f.split(".layers.", 1)[1].split(".", 1)[0]) for f in fqns if glob_oracle(selector, f)]
     apply([register([selector]).entry], config)
-    expect_equal(replaced_layers(config.model_spec.model), expected,
-                 f"selector {selector!r} on {n_layers} layers replaces what the oracle selects")
+    expect_equal(f"selector {selector!r} on {n_layers} layers replaces what the oracle selects", expected,
+                 replaced_layers(config.model_spec.model))
 
 
 # ----------------------------------------------------------------------------- conflicts, warnings
 
 
-def test_two_overrides_on_one_node_raise(platform):
+def test_two_overrides_on_one_node_raise():
     """Two overrides claiming the same node: ``ValueError`` naming both and the node."""
     a = register(["*layers.1[0-9].attention.rope"])
     b = register(["*layers.11.attention.rope"])
@@ -237,7 +237,7 @@ def test_two_overrides_on_one_node_raise(platform):
     expect(expected in message, "the conflict names both overrides and the node", expected, message)
 
 
-def test_ancestor_and_descendant_claims_raise(platform):
+def test_ancestor_and_descendant_claims_raise():
     """An override of a layer's attention and one of its RoPE: nested claims raise."""
     from torchtitan.config import derive
 
@@ -253,38 +253,39 @@ def test_ancestor_and_descendant_claims_raise(platform):
            "a nested claim names the ancestor and the descendant", "... an ancestor of ...", message)
 
 
-def test_same_target_listed_twice(platform):
+def test_same_target_listed_twice():
     """Listing one override twice in ``--override.imports``: where entries are
     ``module.function`` targets, an error ("is named by two entries"); where entries are
     modules imported whole (the fork's vintage), the module is imported once and its
     override applied once (``_resolve_active`` keeps an override whose module is listed)."""
     registered = register(["*layers.1.attention.rope"])
     config = trainer_config(2)
-    if detect().function_imports:
-        with pytest.raises(ValueError, match=re.escape(f"Override '{registered.name}' is named by two entries")):
+    error = detect().duplicate_entry_error(registered.name)
+    if error is not None:
+        with pytest.raises(ValueError, match=re.escape(error)):
             apply([registered.entry, registered.entry], config)
     else:
         lines = apply([registered.entry, registered.entry], config)
-        expect_equal(replaced_layers(config.model_spec.model), [1], "the override is applied once",
+        expect_equal("the override is applied once", [1], replaced_layers(config.model_spec.model),
                      detail="\n".join(lines))
-        expect_equal(len(lines), 1, "one replacement line", detail="\n".join(lines))
+        expect_equal("one replacement line", 1, len(lines), detail="\n".join(lines))
 
 
-def test_selector_matching_nothing_warns(platform, caplog):
+def test_selector_matching_nothing_warns(caplog):
     """A selector that matches no node: no replacement and the "produced no replacements"
     warning (this is all the write-up's bare selector gets under the trainer)."""
     target = register([WRITEUP_SELECTOR]).entry
     config = trainer_config(12)
     with caplog.at_level(logging.WARNING):
         lines = apply([target], config)
-    expect_equal(lines, [], "no replacement lines")
+    expect_equal("no replacement lines", [], lines)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     expect(any("produced no replacements" in w and target in w for w in warnings),
            "the warning names the import and says it produced no replacements",
            "override.imports=[...] produced no replacements", warnings)
 
 
-def test_function_registered_twice_raises(platform):
+def test_function_registered_twice_raises():
     """Registering the same override again (same ``module.function``, or same name where the
     API names overrides) raises "is already registered"."""
     from torchtitan.models.common.rope import CosSinRoPE
@@ -301,34 +302,17 @@ def test_function_registered_twice_raises(platform):
 
 # Bad --override.imports entries and the message each API gives (from its own code), by
 # case: 0.3.0 takes module.function targets; the fork's vintage takes modules imported whole.
-BAD_IMPORTS = {  # case -> {function_imports: (entry, message)}
-    "dotless-name": {
-        True: ("layer_overrides", "must be a 'module.function' path"),
-        False: ("layer_overrides", "Failed to import override module 'layer_overrides'"),
-    },
-    "missing-module": {
-        True: ("fixtures.titan.no_such_module.fn", "could not be imported"),
-        False: ("fixtures.titan.no_such_module", "Failed to import override module 'fixtures.titan.no_such_module'"),
-    },
-    "other-api-spelling": {  # each API given the other's spelling of the per-layer override
-        True: ("fixtures.titan.layer_overrides", "names no registered @override"),
-        False: ("fixtures.titan.layer_overrides.star_layers_10_to_19",
-                "Failed to import override module 'fixtures.titan.layer_overrides.star_layers_10_to_19'"),
-    },
-}
-
-
-@pytest.mark.parametrize("case", sorted(BAD_IMPORTS))
-def test_bad_imports_fail_with_documented_message(platform, case):
+@pytest.mark.parametrize("case", ["dotless-name", "missing-module", "other-api-spelling"])
+def test_bad_imports_fail_with_documented_message(case):
     """A bad ``--override.imports`` entry fails with the installed API's own message: on
     0.3.0 (``module.function`` targets) a bare module fails with "names no registered
     @override", a dotless name and a missing module fail too; on the fork's vintage (modules)
     a missing module, or 0.3.0's ``module.function`` spelling, fails to import."""
-    import fixtures.titan.layer_overrides  # noqa: F401
+    import fixtures.rank.titan.layer_overrides  # noqa: F401
 
-    entry, message = BAD_IMPORTS[case][detect().function_imports]
-    with pytest.raises((ValueError, ImportError), match=re.escape(message)):
-        apply([entry], trainer_config(2))
+    bad = detect().bad_imports(*LAYER_OVERRIDE)[case]
+    with pytest.raises((ValueError, ImportError), match=re.escape(bad.message)):
+        apply([bad.entry], trainer_config(2))
 
 
 _ROPE_FIELDS = st.fixed_dictionaries({
@@ -344,7 +328,7 @@ _ROPE_FIELDS = st.fixed_dictionaries({
 
 
 @given(fields=_ROPE_FIELDS)
-def test_derive_copies_every_shared_field(platform, fields):
+def test_derive_copies_every_shared_field(fields):
     """``derive(source, Target)`` copies every field the two configs share; an unknown delta
     raises."""
     import dataclasses
@@ -352,14 +336,14 @@ def test_derive_copies_every_shared_field(platform, fields):
     from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE
 
-    from fixtures.titan.rope_override import KernelRoPE
+    from fixtures.rank.titan.rope_override import KernelRoPE
 
     source = CosSinRoPE.Config(**fields)
     derived = derive(source, KernelRoPE.Config, lnc=1)
     for f in dataclasses.fields(CosSinRoPE.Config):
         if f.init:
-            expect_equal(getattr(derived, f.name), getattr(source, f.name), f"derive copies {f.name}")
-    expect_equal(derived.lnc, 1, "derive applies the delta")
+            expect_equal(f"derive copies {f.name}", getattr(source, f.name), getattr(derived, f.name))
+    expect_equal("derive applies the delta", 1, derived.lnc)
     with pytest.raises(ValueError, match="fields not on"):
         derive(source, KernelRoPE.Config, not_a_field=1)
 
@@ -368,7 +352,7 @@ def test_derive_copies_every_shared_field(platform, fields):
 
 
 @pytest.mark.slow
-def test_cli_override_log_contract(platform, titan_runs):
+def test_cli_override_log_contract(titan_runs):
     """A real run with ``--override.imports`` naming the per-layer override (with
     ``='{json kwargs}'`` where the API takes keyword arguments): each replaced node gets
     exactly one ``[Override] name: fqn Old -> New`` line, the kwargs from the command line
@@ -380,11 +364,10 @@ def test_cli_override_log_contract(platform, titan_runs):
     selected = writeup_layers(n_layers)
     expect(bool(selected), "the run's model has layers in 10..19", "> 10 layers", n_layers, run)
     name = api.logged_name(*LAYER_OVERRIDE, LAYER_OVERRIDE[1])
-    kwargs_note = ("" if not api.function_imports else
-                   " with " + ", ".join(f"{k}={v!r}" for k, v in LAYER_OVERRIDE_KWARGS.items()))
+    kwargs_note = api.logged_kwargs(LAYER_OVERRIDE_KWARGS)
     lines = [l[l.index(probe_files.OVERRIDE_PREFIX):] for l in run.override_lines(name + ":")]
     expected = [f"{probe_files.OVERRIDE_PREFIX}{name}: model_spec.model.layers.{i}.attention.rope "
                 f"CosSinRoPE.Config -> KernelRoPE.Config{kwargs_note}" for i in selected]
-    expect_equal(lines, expected, "one line per replaced node, kwargs from the CLI included where the API takes them", run)
-    expect_equal(probe_files.applied_count(run.log_text(0)), len(selected),
-                 "the total matches the selected layers", run)
+    expect_equal("one line per replaced node, kwargs from the CLI included where the API takes them", expected, lines, run)
+    expect_equal("the total matches the selected layers", len(selected),
+                 probe_files.applied_count(run.log_text(0)), run)

@@ -8,13 +8,12 @@ embedding and lm_head for FSDP and drops ``lm_head.weight`` on export).
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+
 from fixtures import checkpoints, hf_reference
-from fixtures.contract import expect, expect_equal, require_trained
-from fixtures.run_definitions import (
+from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
+from fixtures.runs.catalogue import (
     HF_BACKEND_LOAD_TIED,
     HF_BACKEND_LOAD_TIED_ROTARY_FIXED,
     LOAD_TIED_TRAIN_EXPORT,
@@ -22,7 +21,7 @@ from fixtures.run_definitions import (
 
 pytestmark = pytest.mark.paths
 
-def test_writeup_native_config_builds(platform):
+def test_writeup_native_config_builds():
     """The write-up's path-2 model spec, ``model_registry("4B", attn_backend="sdpa")`` from
     ``torchtitan.models.qwen3`` (the write-up's import; on trn2 the installed torchtitan is
     the Neuron fork), builds. Upstream 0.3.0 removed "sdpa" for language models and raises
@@ -30,17 +29,17 @@ def test_writeup_native_config_builds(platform):
     from torchtitan.models.qwen3 import model_registry
 
     spec = model_registry("4B", attn_backend="sdpa")
-    expect_equal(spec.flavor, "4B", "the write-up's model spec builds")
+    expect_equal("the write-up's model spec builds", "4B", spec.flavor)
 
 
 @pytest.mark.slow
-def test_backend_sees_the_native_paths_batch(platform, titan_runs):
+def test_backend_sees_the_native_paths_batch(tier, titan_runs):
     """Both paths, same data settings and seed, see the same first batch on every rank.
     (The backend run recomputes its rotary buffer after init: this contract is about data,
     not the known uninitialised-buffer deviation, and must not go red by that memory.)"""
     native = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     backend = require_trained(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
-    for r in range(platform.nproc_per_node):
+    for r in range(tier.nproc_per_node):
         a, b = native.first_batch(r), backend.first_batch(r)
         expect(torch.equal(a["inputs"], b["inputs"]), f"rank {r}: same first-batch tokens",
                "equal", "different", backend)
@@ -52,50 +51,48 @@ def test_backend_sees_the_native_paths_batch(platform, titan_runs):
     "(measured 2e-5 to 6e-4 relative) straddles the bf16 tolerance, so a rehearsal would be red "
     "or green by chance")
 @pytest.mark.slow
-def test_backend_trains_like_the_native_path(platform, titan_runs, record_property):
+def test_backend_trains_like_the_native_path(tier, titan_runs, record_property):
     """Same HF weights, same batches: the transformers backend's per-step losses equal the
     native path's within the tier's path_rtol, from the first step on."""
-    _expect_trains_like_native(platform, titan_runs.get(LOAD_TIED_TRAIN_EXPORT),
+    _expect_trains_like_native(tier, titan_runs.get(LOAD_TIED_TRAIN_EXPORT),
                                titan_runs.get(HF_BACKEND_LOAD_TIED), record_property)
 
 
-def _expect_trains_like_native(platform, native, backend, record_property) -> None:
+def _expect_trains_like_native(tier, native, backend, record_property) -> None:
     """Per step, the backend's loss equals the native path's within the tier's path_rtol;
     the differences are recorded on the test either way."""
     __tracebackhide__ = True
     require_trained(native)
     require_trained(backend)
-    rtol = platform.numerics.path_rtol
-    diffs = [b["loss"] - a["loss"] for a, b in zip(native.steps, backend.steps)]
+    diffs = [b.loss - a.loss for a, b in zip(native.steps, backend.steps)]
     record_property("backend_minus_native_losses", repr(diffs))
-    for a, b in zip(native.steps, backend.steps):
-        expect(math.isclose(a["loss"], b["loss"], rel_tol=rtol),
-               f"step {a['step']}: backend loss equals native within {rtol}", a["loss"], b["loss"],
-               backend, detail=f"native run: {native.run_dir}")
+    expect_close_series(backend.losses(), native.losses(), tier.numerics.path_rtol,
+                        "the backend's per-step losses equal the native path's", backend, record_property,
+                        detail=f"native run: {native.run_dir}")
 
 
 @pytest.mark.slow
-def test_backend_with_its_rotary_recomputed_trains_like_the_native_path(platform, titan_runs, record_property):
+def test_backend_with_its_rotary_recomputed_trains_like_the_native_path(tier, titan_runs, record_property):
     """With the backend's rotary buffer recomputed after init (the workaround of the known
     deviation), its per-step losses equal the native path's within the tier's path_rtol:
     the rest of path 1 (weights, batches, schedule, loss) trains as path 2 does, and the
     deviation above is the rotary buffer alone."""
     native = titan_runs.get(LOAD_TIED_TRAIN_EXPORT)
     backend = titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED)
-    _expect_trains_like_native(platform, native, backend, record_property)
-    expect_equal(len(backend.steps), len(native.steps), "both paths trained every step", backend)
+    _expect_trains_like_native(tier, native, backend, record_property)
+    expect_equal("both paths trained every step", len(native.steps), len(backend.steps), backend)
 
 
 @pytest.mark.slow
-def test_backend_export_round_trip(platform, titan_runs):
+def test_backend_export_round_trip(titan_runs):
     """The backend's HF export passes the native path's key checks: the same tensor names
     as the native export, read back by transformers missing only the tied lm_head. (On the
     run with the rotary buffer recomputed, as above.)"""
     native = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     backend = require_trained(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
     names = sorted(checkpoints.read_tensors(backend.export_dir()))
-    expect_equal(names, sorted(checkpoints.read_tensors(native.export_dir())),
-                 "backend export has the native export's tensor names", backend)
+    expect_equal("backend export has the native export's tensor names", sorted(checkpoints.read_tensors(native.export_dir())),
+                 names, backend)
     model, result, _ = hf_reference.reload_with_transformers(backend.export_dir(), titan_runs.checkpoints("hf_tied"))
-    expect_equal((sorted(result.missing_keys), result.unexpected_keys), (["lm_head.weight"], []),
-                 "reloaded backend export misses only the tied lm_head", backend)
+    expect_equal("reloaded backend export misses only the tied lm_head", (["lm_head.weight"], []),
+                 (sorted(result.missing_keys), result.unexpected_keys), backend)

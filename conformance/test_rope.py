@@ -22,11 +22,13 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
-from fixtures.kernels import adapter, preflight, providers, rules
-from fixtures import probe_files
-from fixtures.run_definitions import DENSE_NATIVE, dense_native_kernel_rope, kernel_rope_override
-from fixtures.titan.api import detect
-from fixtures.runs import RunSpec
+from fixtures import kernel_preflight as preflight
+from fixtures import kernel_worker
+from fixtures.rank.kernels import adapter, rules
+from fixtures.rank import probe_files
+from fixtures.runs.catalogue import DENSE_NATIVE, dense_native_kernel_rope, kernel_rope_override
+from fixtures.rank.titan.api import detect
+from fixtures.runs.spec import RunSpec
 
 pytestmark = pytest.mark.rope
 
@@ -53,7 +55,7 @@ def _hf_cos_sin(head_dim: int, seq: int, theta: float):
 
 
 @given(seq=st.integers(min_value=1, max_value=20000), lnc=st.sampled_from([1, 2]))
-def test_seq_len_rule(platform, seq, lnc):
+def test_seq_len_rule(seq, lnc):
     """Multiples of 128 * LNC are accepted; others are rejected with the rule and the two
     nearest valid lengths (both valid, bracketing the request)."""
     if seq % (128 * lnc) == 0:
@@ -72,11 +74,11 @@ def test_seq_len_rule(platform, seq, lnc):
 
 
 @given(seq=st.integers(min_value=1, max_value=9000))
-def test_bad_seq_len_rejected_before_launch(platform, titan_runs, seq):
+def test_bad_seq_len_rejected_before_launch(tier, titan_runs, seq):
     """A run whose kernel override cannot take its sequence length at the runtime's LNC
     (the tier's ``kernel_lnc``) is refused by the harness before any torchrun process
     starts."""
-    assume(seq % (128 * platform.kernel_lnc) != 0)
+    assume(seq % (128 * tier.kernel_lnc) != 0)
     spec = RunSpec(config="dense_native", steps=1, overrides=(kernel_rope_override(),),
                    args=("--training.seq_len", str(seq)))
     with pytest.raises(rules.RopeShapeError, match=r"128 \* LNC"):
@@ -85,29 +87,29 @@ def test_bad_seq_len_rejected_before_launch(platform, titan_runs, seq):
            "nothing was launched for a rejected run", "no run folder", titan_runs.key(spec))
 
 
-def test_kernel_rejects_bad_seq_len_itself(platform):
+def test_kernel_rejects_bad_seq_len_itself(tier):
     """The kernel's own check (not just the harness's), at the LNC the runtime launches it
     with: a length that is not a multiple of 128 * LNC fails with ``seq len must be multiple
     of 128 * LNC=...`` (nki-library rope_hf.py)."""
-    lnc = platform.kernel_lnc
+    lnc = tier.kernel_lnc
     q = torch.randn(1, 2, 128 * lnc + 64, 64)
     cache = _titan_cache(64, 1024, 1e6)
     with pytest.raises(Exception, match=rf"seq len must be multiple of 128 \* LNC={lnc}, got {128 * lnc + 64}"):
-        providers.PROVIDERS[platform.kernel_provider](q, q.clone(), torch.empty_like(q), torch.empty_like(q),
+        kernel_worker.provider(tier.kernel_provider)(q, q.clone(), torch.empty_like(q), torch.empty_like(q),
                                                       rope_cache=cache)
 
 
 @pytest.mark.only_tiers("trn2", reason="launch grids and the runtime's LNC exist only with torch_neuronx")
-def test_kernel_launched_at_another_lnc_is_refused(platform):
+def test_kernel_launched_at_another_lnc_is_refused(tier):
     """NKI 0.7 checks that the kernel's launch grid (``wrap_nki(k)[lnc]``) agrees with the
     compiler's LNC, which must be the runtime's: a launch at the other LNC fails (error
     NCC_EVRF066 in the Neuron docs: "NKI kernel '<name>' is configured with LNC=<k>, but
     neuronx-cc is using LNC=<c>") instead of computing on the wrong number of cores."""
-    other = 1 if platform.kernel_lnc == 2 else 2
+    other = 1 if tier.kernel_lnc == 2 else 2
     q = torch.randn(1, 2, 512, 64)
     cache = _titan_cache(64, 1024, 1e6)
-    with pytest.raises(Exception, match=rf"is configured with LNC={other}, but neuronx-cc is using LNC={platform.kernel_lnc}"):
-        providers.PROVIDERS[platform.kernel_provider](q, q.clone(), torch.empty_like(q), torch.empty_like(q),
+    with pytest.raises(Exception, match=rf"is configured with LNC={other}, but neuronx-cc is using LNC={tier.kernel_lnc}"):
+        kernel_worker.provider(tier.kernel_provider)(q, q.clone(), torch.empty_like(q), torch.empty_like(q),
                                                       rope_cache=cache, lnc=other)
 
 
@@ -116,12 +118,12 @@ def test_kernel_launched_at_another_lnc_is_refused(platform):
 
 @given(head_dim=st.sampled_from([16, 32, 64, 128]), theta=st.sampled_from([1e4, 1e6]),
        seq=st.integers(min_value=1, max_value=1024))
-def test_cache_layout_matches_torchtitan_and_hf(platform, head_dim, theta, seq):
+def test_cache_layout_matches_torchtitan_and_hf(head_dim, theta, seq):
     """torchtitan's cache is ``[seq, 2*head_dim]``: first half cos, second half sin, equal
     bit for bit (``torch.equal``) to transformers' Qwen3 cos and sin."""
     cache = _titan_cache(head_dim, seq, theta)
-    expect_equal(tuple(cache.shape), (seq, 2 * head_dim), "cache shape is [seq, 2*head_dim]")
-    expect_equal(cache.dtype, torch.float32, "cache is float32")
+    expect_equal("cache shape is [seq, 2*head_dim]", (seq, 2 * head_dim), tuple(cache.shape))
+    expect_equal("cache is float32", torch.float32, cache.dtype)
     cos, sin = _hf_cos_sin(head_dim, seq, theta)
     expect(torch.equal(cache[:, :head_dim], cos), "first half of the cache is HF's cos, bit for bit",
            0.0, (cache[:, :head_dim] - cos).abs().max().item())
@@ -130,7 +132,7 @@ def test_cache_layout_matches_torchtitan_and_hf(platform, head_dim, theta, seq):
 
 
 @pytest.mark.parametrize("shape_kind", ["short", "wrong_width", "both_cache_and_cos_sin", "batch_mismatch"])
-def test_bad_cache_rejected(platform, shape_kind):
+def test_bad_cache_rejected(tier, shape_kind):
     """A cache shorter than q's sequence, of the wrong width, given together with cos/sin,
     or with a batch that is not q's, is rejected with the kernel's own message (its
     ``kernel_assert`` texts in nki-library ``rope_hf.py``, d2ad3a5)."""
@@ -150,7 +152,7 @@ def test_bad_cache_rejected(platform, shape_kind):
         kwargs["rope_cache"] = cache.unsqueeze(0).expand(3, -1, -1)
         expected = "doesn't match q batch size"  # "rope_cache or cos tensor batch size <shape> doesn't ..."
     with pytest.raises(Exception) as err:
-        providers.PROVIDERS[platform.kernel_provider](q, q.clone(), torch.empty_like(q), torch.empty_like(q),
+        kernel_worker.provider(tier.kernel_provider)(q, q.clone(), torch.empty_like(q), torch.empty_like(q),
                                                       **kwargs)
     expect(expected in str(err.value), f"{shape_kind}: the kernel's own message", expected, str(err.value))
 
@@ -159,22 +161,22 @@ def test_bad_cache_rejected(platform, shape_kind):
 
 
 @given(b=st.integers(1, 3), s=st.integers(1, 64), h=st.integers(1, 8), d=st.sampled_from([2, 8, 16]))
-def test_layout_round_trip(platform, b, s, h, d):
+def test_layout_round_trip(b, s, h, d):
     """``[b,s,h,d] -> [b,h,s,d] -> [b,s,h,d]`` is exact, and puts element (b,s,h) at (b,h,s)."""
     x = torch.randn(b, s, h, d)
     k = adapter.to_kernel_layout(x)
-    expect_equal(tuple(k.shape), (b, h, s, d), "kernel layout is [batch, heads, seq, head_dim]")
+    expect_equal("kernel layout is [batch, heads, seq, head_dim]", (b, h, s, d), tuple(k.shape))
     expect(torch.equal(k[:, :, :, :].permute(0, 2, 1, 3), x), "element (b,s,h) lands at (b,h,s)",
            "equal", "differs")
     expect(torch.equal(adapter.from_kernel_layout(k), x), "the round trip is exact", "equal", "differs")
 
 
-def test_outputs_do_not_alias_inputs(platform):
+def test_outputs_do_not_alias_inputs(tier):
     """The wrapper's outputs are new tensors (``torch.empty_like``), never views of q/k."""
     q = torch.randn(1, 256, 2, 32)
     k = torch.randn(1, 256, 2, 32)
     cache = _titan_cache(32, 512, 1e6)
-    q_out, k_out = adapter.apply_rope(q, k, cache, provider=platform.kernel_provider)
+    q_out, k_out = adapter.apply_rope(q, k, cache, provider=kernel_worker.provider(tier.kernel_provider))
     inputs = {t.untyped_storage().data_ptr() for t in (q, k, cache)}
     outputs = {t.untyped_storage().data_ptr() for t in (q_out, k_out)}
     expect(not inputs & outputs, "outputs share no storage with inputs", "disjoint", inputs & outputs)
@@ -217,11 +219,11 @@ def _make(problem, dtype=torch.float32):
     return q, k, cache, (torch.randn(q.shape, generator=g).to(dtype), torch.randn(k.shape, generator=g).to(dtype))
 
 
-def _forward_backward(provider, q, k, cache, grads):
+def _forward_backward(name, q, k, cache, grads):
     q = q.clone().requires_grad_(True)
     k = k.clone().requires_grad_(True)
     cache = cache.clone().requires_grad_(True)
-    q_out, k_out = adapter.apply_rope(q, k, cache, provider=provider)
+    q_out, k_out = adapter.apply_rope(q, k, cache, provider=kernel_worker.provider(name))
     torch.autograd.backward((q_out, k_out), (grads[0], grads[1]))
     return [t.detach().cpu() for t in (q_out, k_out, q.grad, k.grad)], cache.grad
 
@@ -231,14 +233,14 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @given(problem=rope_problems())
-def test_float32_parity_between_providers(platform, problem):
+def test_float32_parity_between_providers(tier, problem):
     """float32: every pair of the tier's providers agrees within the tier's provider_atol
     (0.0: the write-up measured 0.0 for float32 inputs) on q and k, forward and backward
     (gradients w.r.t. q and k); the cache gets no gradient."""
     q, k, cache, grads = _make(problem)
-    atol = platform.numerics.provider_atol
+    atol = tier.numerics.provider_atol
     results = {}
-    for provider in platform.rope_providers:
+    for provider in tier.rope_providers:
         outs, cache_grad = _forward_backward(provider, q, k, cache, grads)
         expect(cache_grad is None, f"{provider}: the cache's gradient is None", None,
                "a tensor", detail=json.dumps(problem))
@@ -251,7 +253,7 @@ def test_float32_parity_between_providers(platform, problem):
 
 
 @given(problem=rope_problems(max_seq_blocks=2))
-def test_kernel_matches_the_model_module(platform, problem):
+def test_kernel_matches_the_model_module(tier, problem):
     """The kernel through the wrapper equals torchtitan's ``CosSinRoPE`` module as the model
     calls it (``rope(q, k, positions)``, autograd backward), bit for bit in float32."""
     from torchtitan.models.common.rope import CosSinRoPE
@@ -267,8 +269,8 @@ def test_kernel_matches_the_model_module(platform, problem):
     qm, km = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
     yq, yk = module(qm, km, positions)
     torch.autograd.backward((yq, yk), (gq, gk))
-    provider = platform.kernel_provider
-    atol = platform.numerics.provider_atol
+    provider = tier.kernel_provider
+    atol = tier.numerics.provider_atol
     outs, _ = _forward_backward(provider, q, k, module.cache[positions], (gq, gk))
     for name, x, y in zip(("q_out", "k_out", "grad_q", "grad_k"), outs, (yq.detach(), yk.detach(), qm.grad, km.grad)):
         err = _max_abs(x, y)
@@ -276,13 +278,13 @@ def test_kernel_matches_the_model_module(platform, problem):
                atol, err, detail=f"problem: {json.dumps(problem)}")
 
 
-def test_bfloat16_parity_is_measured(platform, record_property):
+def test_bfloat16_parity_is_measured(tier, record_property):
     """bfloat16: the error between providers is measured and reported (not asserted to be
     0); it must stay within a few bf16 ulps of the outputs' magnitude."""
     problem = dict(batch=2, heads=4, kv_heads=2, head_dim=64, seq=256, max_seq=512,
                    position_kind="offset", seed=7)
     q, k, cache, grads = _make(problem, torch.bfloat16)
-    results = {p: _forward_backward(p, q, k, cache, grads)[0] for p in platform.rope_providers}
+    results = {p: _forward_backward(p, q, k, cache, grads)[0] for p in tier.rope_providers}
     worst = 0.0
     for a, b in itertools.combinations(results, 2):
         for x, y in zip(results[a], results[b]):
@@ -297,37 +299,37 @@ def test_bfloat16_parity_is_measured(platform, record_property):
 
 
 @pytest.mark.slow
-def test_override_replaces_every_layer_once(platform, titan_runs):
+def test_override_replaces_every_layer_once(tier, titan_runs):
     """``--override.imports`` with the write-up's kernel module logs exactly one replacement
     of ``CosSinRoPE.Config`` by the kernel RoPE per Qwen3 layer, and nothing else, under the
     override's name: ``nki_rope`` where the API names overrides (the write-up's log), else
     its ``module.function`` path."""
-    run = require_trained(titan_runs.get(dense_native_kernel_rope(platform)))
+    run = require_trained(titan_runs.get(dense_native_kernel_rope(tier)))
     n_layers = len(run.resolved_config()["model_spec"]["model"]["layers"])
     log = run.log_text(0)
     name = detect().logged_name(preflight.KERNEL_MODULE, preflight.KERNEL_FUNCTION,
                               preflight.KERNEL_OVERRIDE_NAME)
     lines = run.override_lines(name + ":")
     layers = probe_files.override_layers(lines)
-    expect_equal(layers, list(range(n_layers)), "one replacement line per Qwen3 layer", run,
+    expect_equal("one replacement line per Qwen3 layer", list(range(n_layers)), layers, run,
                  detail="\n".join(lines))
     for line in lines:
         expect("CosSinRoPE.Config -> KernelRoPE.Config" in line and line.split(": ", 1)[1].split(" ", 1)[0].endswith(".attention.rope"),
                "each line replaces a layer's attention.rope CosSinRoPE by the kernel RoPE",
                "...attention.rope CosSinRoPE.Config -> KernelRoPE.Config", line, run)
-    expect_equal(probe_files.applied_count(log), n_layers, "the total matches the layers", run,
+    expect_equal("the total matches the layers", n_layers, probe_files.applied_count(log), run,
                  detail=str([l for l in log.splitlines() if "Applied" in l]))
 
 
 @pytest.mark.slow
-def test_override_run_losses_match(platform, titan_runs, record_property):
+def test_override_run_losses_match(tier, titan_runs, record_property):
     """Same seed, deterministic: the run with the kernel override has per-step losses and
     gradient norms equal to the same run without it within the tier's same_math_rtol (cpu:
     0.0, bit for bit in fp32; trn2: the kernel rotates in bf16 where CosSinRoPE upcasts)."""
     plain = require_trained(titan_runs.get(DENSE_NATIVE))
-    kernel = require_trained(titan_runs.get(dense_native_kernel_rope(platform)))
-    expect_close_series(kernel.losses(), plain.losses(), platform.numerics.same_math_rtol,
+    kernel = require_trained(titan_runs.get(dense_native_kernel_rope(tier)))
+    expect_close_series(kernel.losses(), plain.losses(), tier.numerics.same_math_rtol,
                         "losses with the kernel RoPE equal the native run's", kernel,
                         record_property, detail=f"native run: {plain.run_dir}")
-    expect_close_series(kernel.grad_norms(), plain.grad_norms(), platform.numerics.same_math_rtol,
+    expect_close_series(kernel.grad_norms(), plain.grad_norms(), tier.numerics.same_math_rtol,
                         "grad norms with the kernel RoPE equal the native run's", kernel, record_property)

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fixtures import launcher, topology
+from fixtures import topology
+from fixtures.runs.plan import WRITEUP_FLAGS
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
-from fixtures.run_definitions import DENSE_NATIVE, rank_scaling, two_nodes
+from fixtures.runs.catalogue import DENSE_NATIVE, rank_scaling, two_nodes
 
 pytestmark = pytest.mark.topology
 
@@ -32,19 +33,19 @@ LOGICAL_CORES = {
 
 
 @pytest.mark.parametrize(("instance", "lnc"), sorted(LOGICAL_CORES))
-def test_logical_core_table(platform, instance, lnc):
+def test_logical_core_table(instance, lnc):
     """Each (instance, LNC) of the write-up maps to its logical core count, or is rejected."""
     expected = LOGICAL_CORES[(instance, lnc)]
     if expected is None:
         with pytest.raises(topology.TopologyError, match=f"LNC={lnc} is not supported"):
             topology.logical_cores(instance, lnc)
     else:
-        expect_equal(topology.logical_cores(instance, lnc), expected,
-                     f"{instance} at LNC={lnc} has {expected} logical NeuronCores")
+        expect_equal(f"{instance} at LNC={lnc} has {expected} logical NeuronCores", expected,
+                     topology.logical_cores(instance, lnc))
 
 
 @given(instance=st.sampled_from(sorted(topology.INSTANCE_TYPES)), lnc=st.sampled_from([1, 2]))
-def test_lnc_groups_physical_cores(platform, instance, lnc):
+def test_lnc_groups_physical_cores(instance, lnc):
     """Logical cores x LNC = physical cores, for every supported combination; others raise."""
     it = topology.INSTANCE_TYPES[instance]
     if lnc not in it.supported_lnc:
@@ -52,26 +53,26 @@ def test_lnc_groups_physical_cores(platform, instance, lnc):
             topology.logical_cores(instance, lnc)
         return
     cores = topology.logical_cores(instance, lnc)
-    expect_equal(cores * lnc, it.physical_cores,
-                 f"{instance}: logical cores ({cores}) x LNC ({lnc}) = physical cores")
+    expect_equal(f"{instance}: logical cores ({cores}) x LNC ({lnc}) = physical cores", it.physical_cores,
+                 cores * lnc)
     if 1 in it.supported_lnc and 2 in it.supported_lnc:
-        expect_equal(topology.logical_cores(instance, 1), 2 * topology.logical_cores(instance, 2),
-                     f"{instance}: LNC=1 exposes twice the cores of LNC=2")
+        expect_equal(f"{instance}: LNC=1 exposes twice the cores of LNC=2", 2 * topology.logical_cores(instance, 2),
+                     topology.logical_cores(instance, 1))
 
 
 @given(value=st.one_of(st.none(), st.text(max_size=4), st.integers(-4, 8).map(str)))
-def test_lnc_env_parsing(platform, value):
+def test_lnc_env_parsing(value):
     """NEURON_LOGICAL_NC_CONFIG: unset means the default, "1"/"2" are accepted, all else raises."""
     if value is None or value.strip() == "":
-        expect_equal(topology.parse_lnc(value, 2), 2, "unset LNC env means the default")
+        expect_equal("unset LNC env means the default", 2, topology.parse_lnc(value, 2))
     elif value.strip() in ("1", "2"):
-        expect_equal(topology.parse_lnc(value, 2), int(value), "LNC env value is used")
+        expect_equal("LNC env value is used", int(value), topology.parse_lnc(value, 2))
     else:
         with pytest.raises(topology.TopologyError):
             topology.parse_lnc(value, 2)
 
 
-def test_lnc_env_and_compiler_flag_must_agree(platform):
+def test_lnc_env_and_compiler_flag_must_agree():
     """The runtime env and ``--logical-nc-config`` must agree (CONTRACTS.md "Topology")."""
     topology.check_lnc_agreement(2, "--logical-nc-config 2 -O1")
     topology.check_lnc_agreement(1, "--logical-nc-config=1")
@@ -81,76 +82,76 @@ def test_lnc_env_and_compiler_flag_must_agree(platform):
 
 @pytest.mark.only_tiers("trn2", reason="logical NeuronCores exist only on a Neuron host")
 @pytest.mark.slow
-def test_one_rank_per_logical_core(platform, titan_runs):
+def test_one_rank_per_logical_core(tier, titan_runs):
     """One rank per logical core, read from inside the run: the world is the logical cores
     of the instance at the runtime's LNC (from the write-up's table, not from the profile),
     every rank runs with that NEURON_LOGICAL_NC_CONFIG and its own NeuronCore."""
-    expected = LOGICAL_CORES[(platform.instance, platform.lnc)]
+    expected = LOGICAL_CORES[(tier.instance, tier.lnc)]
     run = require_trained(titan_runs.get(DENSE_NATIVE))
-    expect_equal(run.placements(0)["world_size"], expected,
-                 f"{platform.instance} at LNC={platform.lnc}: one rank per logical core", run)
+    expect_equal(f"{tier.instance} at LNC={tier.lnc}: one rank per logical core", expected,
+                 run.placements(0)["world_size"], run)
     envs = [run.placements(r)["env"] for r in range(expected)]
-    expect_equal({e["NEURON_LOGICAL_NC_CONFIG"] for e in envs}, {str(platform.lnc)},
-                 "every rank runs at the runtime's LNC", run)
+    expect_equal("every rank runs at the runtime's LNC", {str(tier.lnc)},
+                 {e["NEURON_LOGICAL_NC_CONFIG"] for e in envs}, run)
     cores = [str(e["NEURON_RT_VISIBLE_CORES"]) for e in envs]
-    expect_equal(sorted(cores), sorted(str(i) for i in range(expected)),
-                 "each rank has its own NeuronCore", run, detail=f"per rank: {cores}")
+    expect_equal("each rank has its own NeuronCore", sorted(str(i) for i in range(expected)),
+                 sorted(cores), run, detail=f"per rank: {cores}")
 
 
 @pytest.mark.only_tiers("trn2", reason="NeuronCores exist only on a Neuron host")
 @pytest.mark.slow
-def test_two_nodes_split_the_neuron_cores(platform, titan_runs):
+def test_two_nodes_split_the_neuron_cores(tier, titan_runs):
     """Two torchrun agents on one host: each claims its own half of the NeuronCores (LOCAL_RANK
     restarts at 0 on each agent, so cores must be offset), no core claimed twice."""
-    run = require_trained(titan_runs.get(two_nodes(platform)))
+    run = require_trained(titan_runs.get(two_nodes(tier)))
     world = run.placements(0)["world_size"]
     cores = [str(run.placements(r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(world)]
-    expect_equal(sorted(cores), sorted(str(i) for i in range(world)),
-                 "the two agents' ranks hold distinct NeuronCores covering the host", run,
+    expect_equal("the two agents' ranks hold distinct NeuronCores covering the host", sorted(str(i) for i in range(world)),
+                 sorted(cores), run,
                  detail=f"per rank: {cores}")
 
 
 @pytest.mark.slow
-def test_world_size_is_nproc(platform, titan_runs):
-    """Every rank sees world size = nproc_per_node = the platform's logical cores."""
+def test_world_size_is_nproc(tier, titan_runs):
+    """Every rank sees world size = nproc_per_node = the tier's logical cores."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
-    for rank in range(platform.nproc_per_node):
+    for rank in range(tier.nproc_per_node):
         probe = run.placements(rank)
-        expect_equal(probe["world_size"], platform.nproc_per_node,
-                     f"rank {rank}: world size equals the ranks launched", run)
-        expect_equal(probe["backend"], platform.dist_backend,
-                     f"rank {rank}: the process group uses the platform's backend", run)
+        expect_equal(f"rank {rank}: world size equals the ranks launched", tier.nproc_per_node,
+                     probe["world_size"], run)
+        expect_equal(f"rank {rank}: the process group uses the tier's backend", tier.dist_backend,
+                     probe["backend"], run)
 
 
 @pytest.mark.slow
-def test_dp_shard_minus_one_resolves_to_world(platform, titan_runs):
+def test_dp_shard_minus_one_resolves_to_world(tier, titan_runs):
     """``data_parallel_shard_degree=-1`` resolves to the world size; TP, EP, CP, PP are 1."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     dims = run.placements(0)["parallel_dims"]
-    expect_equal(dims["dp_shard"], platform.nproc_per_node,
-                 "data_parallel_shard_degree=-1 shards over every rank", run)
-    expect_equal({k: dims[k] for k in ("tp", "ep", "cp", "pp", "dp_replicate")},
+    expect_equal("data_parallel_shard_degree=-1 shards over every rank", tier.nproc_per_node,
+                 dims["dp_shard"], run)
+    expect_equal("no other parallelism unless configured",
                  {"tp": 1, "ep": 1, "cp": 1, "pp": 1, "dp_replicate": 1},
-                 "no other parallelism unless configured", run)
+                 {k: dims[k] for k in ("tp", "ep", "cp", "pp", "dp_replicate")}, run)
 
 
 @pytest.mark.slow
-def test_every_parameter_sharded_over_all_ranks(platform, titan_runs):
+def test_every_parameter_sharded_over_all_ranks(tier, titan_runs):
     """FSDP: every parameter is Shard(0) over a mesh of all ranks, and the local shards of
     all ranks add up to the whole parameter (read from inside the run, per rank)."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
-    world = platform.nproc_per_node
+    world = tier.nproc_per_node
     probes = [run.placements(r)["parameters"] for r in range(world)]
     names = sorted(probes[0])
     expect(len(names) > 0, "the run has parameters to shard", "> 0", len(names), run)
     for name in names:
         info = probes[0][name]
-        expect_equal(info["placements"], ["S(0)"], f"{name} is sharded on dim 0", run)
-        expect_equal(info["mesh_shape"], [world], f"{name} is sharded over all {world} ranks", run)
+        expect_equal(f"{name} is sharded on dim 0", ["S(0)"], info["placements"], run)
+        expect_equal(f"{name} is sharded over all {world} ranks", [world], info["mesh_shape"], run)
         global_rows = info["global_shape"][0]
         rows = [p[name]["local_shape"][0] for p in probes]
-        expect_equal(sum(rows), global_rows,
-                     f"{name}: the ranks' shards add up to the parameter", run,
+        expect_equal(f"{name}: the ranks' shards add up to the parameter", global_rows,
+                     sum(rows), run,
                      detail=f"per-rank rows: {rows}")
         expect(max(rows) == math.ceil(global_rows / world),
                f"{name}: no rank holds more than its share", math.ceil(global_rows / world),
@@ -158,40 +159,40 @@ def test_every_parameter_sharded_over_all_ranks(platform, titan_runs):
 
 
 @pytest.mark.slow
-def test_launch_line_matches_writeup(platform, titan_runs):
+def test_launch_line_matches_writeup(tier, titan_runs):
     """The launch is the write-up's torchrun line: its flags in order, one process per
     logical core, ``-m torchtitan.train --module M --config C``."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     argv = run.launch.argv
     expect(argv[0].endswith("torchrun") or argv[1:3] == ["-m", "torch.distributed.run"],
            "the launcher is torchrun", "torchrun", argv[0], run)
-    expect(f"--nproc_per_node={platform.nproc_per_node}" in argv,
-           "one process per logical core", f"--nproc_per_node={platform.nproc_per_node}",
+    expect(f"--nproc_per_node={tier.nproc_per_node}" in argv,
+           "one process per logical core", f"--nproc_per_node={tier.nproc_per_node}",
            [a for a in argv if a.startswith("--nproc")], run)
-    start = argv.index(launcher.WRITEUP_FLAGS[0])
-    expect_equal(tuple(argv[start:start + len(launcher.WRITEUP_FLAGS)]), launcher.WRITEUP_FLAGS,
-                 "the write-up's rendezvous/log flags, in order", run)
+    start = argv.index(WRITEUP_FLAGS[0])
+    expect_equal("the write-up's rendezvous/log flags, in order", WRITEUP_FLAGS,
+                 tuple(argv[start:start + len(WRITEUP_FLAGS)]), run)
     entry = argv.index("torchtitan.train") - 1
-    expect_equal(argv[entry:entry + 6],
-                 ["-m", "torchtitan.train", "--module", platform.titan_module,
+    expect_equal("torchtitan.train with the tier's module and the config function",
+                 ["-m", "torchtitan.train", "--module", tier.titan_module,
                   "--config", DENSE_NATIVE.config],
-                 "torchtitan.train with the platform's module and the config function", run)
+                 argv[entry:entry + 6], run)
 
 
 @pytest.mark.slow
-def test_two_nodes_match_one_node(platform, titan_runs, record_property):
+def test_two_nodes_match_one_node(tier, titan_runs, record_property):
     """Multi-node launch: two torchrun agents (``--nnodes=2``, one c10d rendezvous on this
     host) with half the ranks each train as one agent with all ranks: the same per-step
     losses within the tier's same_math_rtol (cpu: bit for bit)."""
-    one = require_trained(titan_runs.get(rank_scaling(platform)))
-    two = require_trained(titan_runs.get(two_nodes(platform)))
+    one = require_trained(titan_runs.get(rank_scaling(tier)))
+    two = require_trained(titan_runs.get(two_nodes(tier)))
     commands = two.launch.node_commands
-    expect_equal(len(commands), 2, "two agents were started", two)
+    expect_equal("two agents were started", 2, len(commands), two)
     endpoints = {c.split("--rdzv_endpoint ", 1)[1].split(" ", 1)[0] for c in commands}
     expect(len(endpoints) == 1 and all("--nnodes=2" in c for c in commands),
            "both agents join one rendezvous with --nnodes=2", "one endpoint", endpoints, two)
-    expect_equal(two.placements(0)["world_size"], platform.nproc_per_node,
-                 "the two agents form one world", two)
-    expect_close_series(two.losses(), one.losses(), platform.numerics.same_math_rtol,
+    expect_equal("the two agents form one world", tier.nproc_per_node,
+                 two.placements(0)["world_size"], two)
+    expect_close_series(two.losses(), one.losses(), tier.numerics.same_math_rtol,
                         "2 nodes x N/2 ranks train as 1 node x N ranks", two, record_property,
                         detail=f"one-node run: {one.run_dir}")

@@ -9,7 +9,7 @@ from torchtitan's documented schedule); the clipping rule is torch's documented
 the configured ``max_norm``; the AdamW step is torch's own single-tensor ``AdamW`` on a plain
 copy of what the optimizer was handed, with the configured hyper-parameters; the TP=2 run is
 held to the TP=1 run of the same global batch. What the run did is observed from inside it
-by global optimizer hooks and the final-state probe (``fixtures.titan.probes``).
+by global optimizer hooks and the final-state probe (``fixtures.rank.titan.probes``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 from fixtures import lr_schedule, training_settings
 from fixtures.contract import expect, expect_close_series, fail, require_trained
-from fixtures.run_definitions import (DENSE_NATIVE, SCHEDULE_AND_CLIP, clipping_run, rank_scaling,
+from fixtures.runs.catalogue import (DENSE_NATIVE, SCHEDULE_AND_CLIP, clipping_run, rank_scaling,
                                       tensor_parallel, tensor_parallel_reference, two_nodes)
 
 pytestmark = [pytest.mark.training_loop, pytest.mark.slow]
@@ -33,27 +33,27 @@ def _lr_series(run) -> list[float]:
     return [rec["groups"][0]["lr"] for rec in run.optimizer_steps(0)]
 
 
-def _expect_configured_schedule(run, platform, record_property) -> None:
+def _expect_configured_schedule(run, tier, record_property) -> None:
     __tracebackhide__ = True
     config = run.resolved_config()
     settings = training_settings.schedule(config)
     base = training_settings.optimizer(config).lr
     expected = lr_schedule.learning_rates(base, settings, run.spec.steps)
     actual = _lr_series(run)
-    expect_close_series(actual, expected, platform.numerics.schedule_rtol,
+    expect_close_series(actual, expected, tier.numerics.schedule_rtol,
                         "the learning rate of each step is the configured schedule's", run,
                         record_property, detail=f"schedule settings {settings}, base lr {base}")
 
 
 @pytest.mark.parametrize("which", ["warmup_only", "warmup_stable_cosine_decay"])
-def test_learning_rate_follows_the_configured_schedule(platform, titan_runs, record_property, which):
+def test_learning_rate_follows_the_configured_schedule(tier, titan_runs, record_property, which):
     """The learning rate the optimizer used at each step (read by a pre-step hook inside the
     run) equals the schedule computed from the configuration alone, from step 1.
     ``warmup_only``: the write-up's schedule (warmup 600, clamped to the run's 10 steps);
     ``warmup_stable_cosine_decay``: warmup 3, a stable phase, and a cosine decay over the
     last half to 0.1 of the base rate (``SCHEDULE_AND_CLIP``)."""
     spec = DENSE_NATIVE if which == "warmup_only" else SCHEDULE_AND_CLIP
-    _expect_configured_schedule(require_trained(titan_runs.get(spec)), platform, record_property)
+    _expect_configured_schedule(require_trained(titan_runs.get(spec)), tier, record_property)
 
 
 def _clipping_series(run):
@@ -66,13 +66,13 @@ def _clipping_series(run):
 
 
 @pytest.mark.parametrize("path", ["eager", "compiled"])
-def test_optimizer_gets_the_clipped_gradients(platform, titan_runs, record_property, path):
+def test_optimizer_gets_the_clipped_gradients(tier, titan_runs, record_property, path):
     """With ``max_norm`` from the configuration, the gradients the optimizer is handed at each
     step have norm ``min(1, max_norm / (norm + 1e-6)) x norm`` of the pre-clip norm, on the
     eager path and with ``grad_clip`` compiled. The runs have steps above and below
     ``max_norm`` (``clipping_run``), so a loop that does not clip, or clips when it should
     not, fails."""
-    spec = clipping_run(platform, compiled=path == "compiled")
+    spec = clipping_run(tier, compiled=path == "compiled")
     run = require_trained(titan_runs.get(spec))
     limit = training_settings.max_norm(run.resolved_config())
     pre, handed = _clipping_series(run)
@@ -82,12 +82,12 @@ def test_optimizer_gets_the_clipped_gradients(platform, titan_runs, record_prope
            "the run has steps above and below max_norm (else one branch of clipping is not exercised)",
            f"norms on both sides of {limit}", pre, run)
     expected = [g * min(1.0, limit / (g + CLIP_EPS)) for g in pre]
-    expect_close_series(handed, expected, platform.numerics.clip_rtol,
+    expect_close_series(handed, expected, tier.numerics.clip_rtol,
                         f"the optimizer is handed gradients clipped to max_norm {limit}", run,
                         record_property, detail=f"pre-clip norms (torchtitan's): {pre}")
 
 
-def test_first_adamw_step_is_torchs_adamw(platform, titan_runs, record_property):
+def test_first_adamw_step_is_torchs_adamw(tier, titan_runs, record_property):
     """Step 1 from the weights and gradients the optimizer was handed, with the configured
     AdamW hyper-parameters and the schedule's step-1 rate, equals torch's single-tensor
     ``AdamW`` on a plain float32 copy, on every rank's shards (AdamW is elementwise), within
@@ -125,27 +125,27 @@ def test_first_adamw_step_is_torchs_adamw(platform, titan_runs, record_property)
                 worst, worst_at = ulps, f"rank {rank} {name} ({tuple(before.shape)})"
     record_property("adamw_step1_max_ulps", worst)
     expect(compared > 0, "the first step's parameters were recorded", "at least one", compared, run)
-    if worst > platform.numerics.optimizer_ulps:
+    if worst > tier.numerics.optimizer_ulps:
         fail("the first optimizer step equals torch's AdamW with the configured hyper-parameters",
-             f"within {platform.numerics.optimizer_ulps} ulp of every weight", f"{worst:.3g} ulp at {worst_at}",
+             f"within {tier.numerics.optimizer_ulps} ulp of every weight", f"{worst:.3g} ulp at {worst_at}",
              run, detail=f"expected from the config: lr {lr} (step 1 of the schedule), {opt}\n"
                          f"  the param groups the optimizer stepped with (probe): "
                          f"{run.optimizer_steps(0)[0]['groups'] if run.optimizer_steps(0) else 'not recorded'}")
 
 
-def test_tensor_parallel_trains_like_no_tensor_parallel(platform, titan_runs, record_property):
+def test_tensor_parallel_trains_like_no_tensor_parallel(tier, titan_runs, record_property):
     """A TP=2 run with sequence parallel (FSDP N/2 x TP 2 over N ranks) has the per-step loss
     and grad norm of the TP=1 run over N/2 ranks (the same FSDP degree, so the same global
     batch) from the same checkpoint, within the tier's ``tp_rtol``, for all 10 steps."""
-    tp = require_trained(titan_runs.get(tensor_parallel(platform)))
-    plain = require_trained(titan_runs.get(tensor_parallel_reference(platform)))
+    tp = require_trained(titan_runs.get(tensor_parallel(tier)))
+    plain = require_trained(titan_runs.get(tensor_parallel_reference(tier)))
     dp_tp, dp_plain = tp.placements(0)["parallel_dims"]["dp_shard"], plain.placements(0)["parallel_dims"]["dp_shard"]
     expect(dp_tp == dp_plain, "both runs shard the data over the same FSDP degree (same global batch)",
            dp_plain, dp_tp, tp)
     steps = tp.spec.steps
-    expect_close_series(tp.losses(), plain.losses()[:steps], platform.numerics.tp_rtol,
+    expect_close_series(tp.losses(), plain.losses()[:steps], tier.numerics.tp_rtol,
                         "TP=2 trains like TP=1 (loss)", tp, record_property, detail=f"TP=1 run: {plain.run_dir}")
-    expect_close_series(tp.grad_norms(), plain.grad_norms()[:steps], platform.numerics.tp_rtol,
+    expect_close_series(tp.grad_norms(), plain.grad_norms()[:steps], tier.numerics.tp_rtol,
                         "TP=2 trains like TP=1 (grad norm)", tp, record_property, detail=f"TP=1 run: {plain.run_dir}")
 
 
@@ -173,30 +173,30 @@ def _expect_same_global_batch(wide, narrow) -> None:
 
 
 @pytest.mark.parametrize("nodes", [1, 2], ids=["one_node", "two_nodes"])
-def test_all_ranks_train_like_fewer_ranks(platform, titan_runs, record_property, nodes):
+def test_all_ranks_train_like_fewer_ranks(tier, titan_runs, record_property, nodes):
     """A run on all the tier's ranks (FSDP over every rank; ``two_nodes``: as two torchrun
     agents of half the ranks each) has, at every one of its 6 steps, the loss and grad norm
-    of a run on ``platform.fewer_ranks`` ranks (cpu: 1) reading the same global batch from the
+    of a run on ``tier.fewer_ranks`` ranks (cpu: 1) reading the same global batch from the
     same checkpoint, within the tier's ``rank_scaling_rtol``. The global batch is held the
     same by the data (every document one row, ``fixtures.aligned_rows``) and checked from
     the batches recorded inside both runs. A gradient averaged over the wrong number of ranks
     (summed, or divided twice), a loss averaged over one rank, or a rank left out of the
     reduction makes the grad norm (and from step 2 the loss) differ by a factor."""
-    wide = require_trained(titan_runs.get(rank_scaling(platform) if nodes == 1 else two_nodes(platform)))
-    narrow = require_trained(titan_runs.get(rank_scaling(platform, fewer=True)))
+    wide = require_trained(titan_runs.get(rank_scaling(tier) if nodes == 1 else two_nodes(tier)))
+    narrow = require_trained(titan_runs.get(rank_scaling(tier, fewer=True)))
     expect(wide.world_size > narrow.world_size, "the wide run has more ranks than the narrow one",
            f"> {narrow.world_size}", wide.world_size, wide)
     _expect_same_global_batch(wide, narrow)
     where = f"{nodes} node(s) x {wide.world_size // nodes} ranks vs 1 node x {narrow.world_size} rank(s)"
-    expect_close_series(wide.losses(), narrow.losses(), platform.numerics.rank_scaling_rtol,
+    expect_close_series(wide.losses(), narrow.losses(), tier.numerics.rank_scaling_rtol,
                         f"{where}: the same loss at every step", wide, record_property,
                         detail=f"{narrow.world_size}-rank run: {narrow.run_dir}")
-    expect_close_series(wide.grad_norms(), narrow.grad_norms(), platform.numerics.rank_scaling_rtol,
+    expect_close_series(wide.grad_norms(), narrow.grad_norms(), tier.numerics.rank_scaling_rtol,
                         f"{where}: the same grad norm at every step", wide, record_property,
                         detail=f"{narrow.world_size}-rank run: {narrow.run_dir}")
 
 
-def test_replicated_parameters_agree_across_tp_ranks(platform, titan_runs):
+def test_replicated_parameters_agree_across_tp_ranks(tier, titan_runs):
     """After training, every parameter that is replicated over the TP mesh dimension (the
     norm weights among them) is bit-identical on the TP ranks holding the same FSDP shard
     (ranks r and r+1 for r even: torchtitan's mesh puts tp innermost)."""
@@ -205,9 +205,9 @@ def test_replicated_parameters_agree_across_tp_ranks(platform, titan_runs):
     import torch
     from safetensors.torch import load_file
 
-    from fixtures import probe_files
+    from fixtures.rank import probe_files
 
-    run = require_trained(titan_runs.get(tensor_parallel(platform)))
+    run = require_trained(titan_runs.get(tensor_parallel(tier)))
     layouts = [json.loads((run.probe_dir / probe_files.final_state_layout(r)).read_text())
                for r in range(run.world_size)]
     shards = [load_file(str(run.probe_dir / probe_files.final_state_shard(r))) for r in range(run.world_size)]

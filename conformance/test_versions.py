@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from fixtures import platform as platforms
+from fixtures import tier_profile
 from fixtures import stack
 from fixtures.contract import expect, expect_equal
 from reports import inventory
@@ -23,44 +23,44 @@ NOT_DISTRIBUTIONS = ("the rehearsal's Neuron stand-ins are modules on PYTHONPATH
                      "distributions: there is no Neuron version to check")
 
 
-def test_pip_check_is_clean(platform):
+def test_pip_check_is_clean(tier):
     """``pip check``: every installed distribution's requirements are satisfied, except the
     ones the tier profile allows by name (cpu: nki-library's Neuron-only neuronx-cc,
     neuronx-cc-stubs and nki, which its pure-torch reference does not need)."""
-    unexpected, output = inventory.pip_check_problems(sys.executable, platform.unmet_requirements_allowed)
-    expect_equal(unexpected, [], "pip check reports no broken requirement but the allowed ones",
+    unexpected, output = inventory.pip_check_problems(sys.executable, tier.unmet_requirements_allowed)
+    expect_equal("pip check reports no broken requirement but the allowed ones", [], unexpected,
                  detail=output)
 
 
 @pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
-def test_tier_packages_installed(platform):
+def test_tier_packages_installed(tier):
     """Every package the tier's stack needs (the tier profile's list) is installed with an
     exact version. The Neuron fork of torchtitan is installed from its repository and
     reports itself as ``torchtitan``: no ``torchtitan-neuron`` distribution is required."""
     found = stack.versions()
-    missing = [name for name in platform.packages if not found.get(name)]
-    expect_equal(missing, [], f"the {platform.name} stack is complete")
+    missing = [name for name in tier.packages if not found.get(name)]
+    expect_equal(f"the {tier.name} stack is complete", [], missing)
 
 
 @pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
-def test_torch_is_the_required_build(platform):
+def test_torch_is_the_required_build(tier):
     """The installed torch is the one the stack needs: the tier's pin, or where the tier
     pins none (trn2) the version torch-neuronx itself requires (a PyPI torch that replaced
     the Neuron build is caught, with the ``--no-deps`` remedy)."""
-    problem = inventory.torch_mismatch(platform.torch_pin)
+    problem = inventory.torch_mismatch(tier.torch_pin)
     expect(problem is None, "torch is the build the stack requires", "no mismatch", problem)
 
 
-def test_no_placeholder_neuron_package(platform):
+def test_no_placeholder_neuron_package():
     """No Neuron distribution is a PyPI placeholder (import raises "WRONG PACKAGE" or the
     module is missing)."""
     problems = [p for dist, module in inventory.NEURON_DISTRIBUTIONS.items()
                 if (p := inventory.placeholder_problem(dist, module))]
-    expect_equal(problems, [], "every installed Neuron package is the real one")
+    expect_equal("every installed Neuron package is the real one", [], problems)
 
 
 @pytest.mark.only_tiers("trn2", reason="nkilib ships inside neuronx-cc, which exists only on a Neuron host")
-def test_active_nkilib_is_the_compilers(platform):
+def test_active_nkilib_is_the_compilers():
     """On a Neuron host the kernels get an nkilib (bundled in neuronx-cc, or the standalone
     nki-library that replaces it on import unless ``NKILIB_FORCE_BUNDLED_LIBRARY`` is set),
     and a standalone one that is active matches the version the compiler bundles (the
@@ -73,13 +73,13 @@ def test_active_nkilib_is_the_compilers(platform):
 
 
 @pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
-def test_inventory_records_exact_versions(platform):
+def test_inventory_records_exact_versions(tier):
     """The inventory names every tracked package with its exact version (or not installed),
     Python, torch's build, and where torchtitan came from (a release, or a repository
     checkout such as the Neuron fork: its URL, commit and version label)."""
     inv = inventory.inventory()
-    expect_equal(sorted(inv["packages"]), sorted(stack.TRACKED), "every tracked package is listed")
-    for name in platform.packages:
+    expect_equal("every tracked package is listed", sorted(stack.TRACKED), sorted(inv["packages"]))
+    for name in tier.packages:
         expect(bool(inv["packages"][name]) and inv["packages"][name][0].isdigit(),
                f"{name} has an exact version", "a version", inv["packages"][name])
     expect(inv["torch_build"] not in ("not installed",) and not inv["torch_build"].startswith("unknown"),
@@ -88,9 +88,9 @@ def test_inventory_records_exact_versions(platform):
            "torchtitan's origin is identified", "index or repository", inv["torchtitan_origin"])
 
 
-@pytest.mark.only_tiers("trn2", reason=platforms.NEURON_SYSTEM + " are recorded only on a Neuron host")
+@pytest.mark.only_tiers("trn2", reason=tier_profile.NEURON_SYSTEM + " are recorded only on a Neuron host")
 @pytest.mark.not_rehearsed("the rehearsal has no Neuron driver or runtime to record")
-def test_inventory_records_the_neuron_system(platform):
+def test_inventory_records_the_neuron_system():
     """On a Neuron host the inventory records the Neuron driver and runtime versions."""
     inv = inventory.inventory()
     expect(inv["neuron_driver"] is not None, "the Neuron driver version is recorded", "a version", None)

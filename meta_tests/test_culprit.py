@@ -110,7 +110,7 @@ def test_a_bare_sigterm_is_torchruns_stop_not_an_error_of_its_own(tmp_path):
     verdict = culprit.decide(culprit.parse_failures(text))
     assert verdict.culprit.rank == 1
     (stopped,) = verdict.consequences
-    assert stopped.stopped_by_torchrun and not stopped.killed and stopped.kind() == "stopped by torchrun"
+    assert stopped.stopped_by_torchrun and not stopped.killed and stopped.kind() is culprit.FailureKind.STOPPED
 
 
 def test_a_rank_that_raised_then_got_sigterm_is_still_the_culprit(tmp_path):

@@ -85,7 +85,7 @@ def test_override_api_is_detected_by_its_signature_and_parser(monkeypatch):
     import importlib
     import types
 
-    from fixtures.titan import api as override_api
+    from fixtures.rank.titan import api as override_api
 
     def named(name, *, target, fqns=None, description="", exact=False): ...
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import launcher
+from fixtures.runs import plan
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]
 
@@ -20,7 +21,7 @@ PROGRAMS = Path(__file__).parent / "rank_programs"
 
 
 def _launch(tmp_path: Path, program: str, *args: str, timeout: float = 60.0):
-    argv = launcher.torchrun_argv(2, [str(PROGRAMS / program), *args], tmp_path / "logs")
+    argv = plan.torchrun_argv(2, [str(PROGRAMS / program), *args], tmp_path / "logs")
     return launcher.launch([argv], tmp_path, {}, timeout, nproc_per_node=2)
 
 
@@ -82,9 +83,9 @@ def test_killed_rank_is_named_with_its_signal(tmp_path):
 
 
 def test_multi_node_lines_share_one_rendezvous(tmp_path):
-    layout = [launcher.NodeLayout(nnodes=2, node_rank=r, rdzv_endpoint="head:29500", rdzv_id="job1")
+    layout = [plan.NodeLayout(nnodes=2, node_rank=r, rdzv_endpoint="head:29500", rdzv_id="job1")
               for r in (0, 1)]
-    lines = [launcher.torchrun_argv(32, ["-m", "torchtitan.train"], tmp_path / f"n{r}", l)
+    lines = [plan.torchrun_argv(32, ["-m", "torchtitan.train"], tmp_path / f"n{r}", l)
              for r, l in enumerate(layout)]
     for r, argv in enumerate(lines):
         assert "--nnodes=2" in argv and f"--node_rank={r}" in argv
@@ -94,7 +95,7 @@ def test_multi_node_lines_share_one_rendezvous(tmp_path):
 
 
 def test_slurm_script_runs_one_agent_per_node():
-    script = launcher.slurm_script(4, 64, ["-m", "torchtitan.train", "--module", "m", "--config", "c"])
+    script = plan.slurm_script(4, 64, ["-m", "torchtitan.train", "--module", "m", "--config", "c"])
     assert "#SBATCH --nodes=4" in script and "srun --nodes=4 --ntasks-per-node=1" in script
     assert 'export RDZV_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
     assert '--rdzv_endpoint "$RDZV_HOST:29500" --rdzv_id "$SLURM_JOB_ID"' in script
@@ -120,7 +121,7 @@ def test_slurm_script_under_standin_srun(tmp_path):
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)
     script = tmp_path / "job.sh"
-    script.write_text(launcher.slurm_script(2, 1, [str(PROGRAMS / "ok.py")], port=launcher.free_port()))
+    script.write_text(plan.slurm_script(2, 1, [str(PROGRAMS / "ok.py")], port=launcher.free_port()))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     env = dict(os.environ, PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
                SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="localhost")

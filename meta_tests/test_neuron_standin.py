@@ -1,6 +1,6 @@
 """The Neuron dress-rehearsal stand-ins reproduce the real Neuron layer's documented surface.
 
-The stand-ins (``meta_tests/neuron_standin``) replace only the Neuron layer on a CPU host; they
+The stand-ins (``neuron_standins``) replace only the Neuron layer on a CPU host; they
 are never trn2 evidence. These tests hold them to their sources:
 
 - ``nkilib.core.embeddings.rope_hf``: package layout, every ``kernel_assert`` of the real kernel
@@ -32,12 +32,12 @@ from typing import Optional
 import pytest
 import torch
 
-from fixtures import platform, topology
+from fixtures import tier_profile, topology
 
 pytestmark = pytest.mark.meta
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-STANDIN = REPO_ROOT / "meta_tests" / "neuron_standin"
+STANDIN = REPO_ROOT / "neuron_standins"
 STANDIN_PYTHON = STANDIN / "python"
 NEURON_LS = STANDIN / "bin" / "neuron-ls"
 WHEEL = REPO_ROOT.parent / "shared" / "wheels" / "nki_library-0.1.0+gd4920de-py3-none-any.whl"
@@ -538,8 +538,8 @@ def test_neuron_ls_output_parses_as_a_trn2_3xlarge(lnc, cores):
     proc = subprocess.run([str(NEURON_LS)], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    instance = platform._INSTANCE_RE.search(out).group(1)
-    ls_lnc = int(platform._LNC_RE.search(out).group(1))
+    instance = tier_profile._INSTANCE_RE.search(out).group(1)
+    ls_lnc = int(tier_profile._LNC_RE.search(out).group(1))
     assert instance == "trn2.3xlarge" and ls_lnc == int(lnc or 2)
     rows = [ln for ln in out.splitlines() if ln.startswith("| 0 ")]
     assert len(rows) == 1

@@ -1,4 +1,4 @@
-"""Platform detection and the trn2 launch line, driven by stand-in hardware probes.
+"""TierProfile detection and the trn2 launch line, driven by stand-in hardware probes.
 
 The stand-ins replace only what the hardware would show (device nodes, ``neuron-ls``
 output); torch, torchtitan and torch-neuronx are the real ones installed (or not) here.
@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import platform as platforms
-from fixtures import runs, topology
+from fixtures import tier_profile
+from fixtures import topology
+from fixtures.repo import SESSION_ENV, WRITEUP_MODULES_DIR
+from fixtures.runs.plan import launch_plan
+from fixtures.runs.spec import RunSpec
 
 pytestmark = pytest.mark.meta
 
@@ -68,108 +71,108 @@ def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2,
 
 def test_detection_reads_standin_trn2_host(tmp_path):
     dev, bin_dir = _standin_host(tmp_path)
-    found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={})
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={})
     assert len(found.device_nodes) == 16
     assert found.instance == "trn2.48xlarge"
     assert found.lnc == 2
     # torch-neuronx is really probed, and it is not installed on this machine.
     assert found.torch_neuron != "available"
     assert any("torch.neuron" in m for m in found.missing), found.missing
-    with pytest.raises(platforms.NeuronUnavailable, match="torch.neuron is not available"):
-        platforms.require_trn2(found, _model_dir(tmp_path))
+    with pytest.raises(tier_profile.NeuronUnavailable, match="torch.neuron is not available"):
+        tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
 def test_lnc_env_overrides_neuron_ls(tmp_path):
     dev, bin_dir = _standin_host(tmp_path, lnc=2)
-    found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir),
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir),
                                     env={topology.LNC_ENV: "1"})
     assert found.lnc == 1
-    assert platforms.trn2_platform(found.instance, found.lnc, _model_dir(tmp_path)).nproc_per_node == 128
+    assert tier_profile.trn2_profile(found.instance, found.lnc, _model_dir(tmp_path)).nproc_per_node == 128
 
 
 def test_unknown_instance_is_named_not_a_traceback(tmp_path):
     """An instance type the suite has no table for is a missing piece of the usage error."""
     dev, bin_dir = _standin_host(tmp_path, instance="trn3.48xlarge")
-    found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                     torch_neuron_probe=lambda: "available")
-    with pytest.raises(platforms.NeuronUnavailable, match="instance type 'trn3.48xlarge' is not one the suite knows"):
-        platforms.require_trn2(found, _model_dir(tmp_path))
+    with pytest.raises(tier_profile.NeuronUnavailable, match="instance type 'trn3.48xlarge' is not one the suite knows"):
+        tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
 def test_lnc_env_and_compiler_flag_disagreeing_is_named(tmp_path):
     dev, bin_dir = _standin_host(tmp_path)
-    found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
                                     env={topology.LNC_ENV: "2", "NEURON_CC_FLAGS": "--lnc=1"})
-    with pytest.raises(platforms.NeuronUnavailable, match="must agree"):
-        platforms.require_trn2(found, _model_dir(tmp_path))
+    with pytest.raises(tier_profile.NeuronUnavailable, match="must agree"):
+        tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
 def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
     """A Neuron host without a model folder is not a trn2 session (never a run of skips)."""
     dev, bin_dir = _standin_host(tmp_path)
-    found = platforms.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                     torch_neuron_probe=lambda: "available")
-    with pytest.raises(platforms.NeuronUnavailable, match="--trn2-model-dir or QWEN3_4B_DIR"):
-        platforms.require_trn2(found, None)
-    with pytest.raises(platforms.NeuronUnavailable, match="has no config.json"):
-        platforms.require_trn2(found, tmp_path / "empty")
-    profile = platforms.require_trn2(found, _model_dir(tmp_path))
+    with pytest.raises(tier_profile.NeuronUnavailable, match="--trn2-model-dir or QWEN3_4B_DIR"):
+        tier_profile.require_trn2(found, None)
+    with pytest.raises(tier_profile.NeuronUnavailable, match="has no config.json"):
+        tier_profile.require_trn2(found, tmp_path / "empty")
+    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
     assert (profile.vocab_size, profile.nproc_per_node) == (151936, 64)
 
 
 def test_no_device_names_every_missing_piece(tmp_path):
-    found = platforms.detect_neuron(dev_dir=str(tmp_path), path=str(tmp_path), env={})
+    found = tier_profile.detect_neuron(dev_dir=str(tmp_path), path=str(tmp_path), env={})
     message = "; ".join(found.missing)
     assert "no /dev/neuron* device nodes" in message
     assert "neuron-ls not on PATH" in message
     assert "torch.neuron is not available" in message
 
 
-def _plan(tmp_path: Path, platform, spec):
-    return runs.launch_plan(spec, platform, tmp_path / "run", hf_assets=platform.model_dir or tmp_path,
+def _plan(tmp_path: Path, tier, spec):
+    return launch_plan(spec, tier, tmp_path / "run", hf_assets=tier.model_dir or tmp_path,
                             dataset=tmp_path / "c4_test", rdzv_port=29500)
 
 
 def test_trn2_launch_line_has_64_ranks_and_lnc_env(tmp_path):
-    platform = platforms.trn2_platform("trn2.48xlarge", 2, _model_dir(tmp_path))
-    plan = _plan(tmp_path, platform, runs.RunSpec(config="dense_native", steps=10))
+    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
+    plan = _plan(tmp_path, tier, RunSpec(config="dense_native", steps=10))
     (argv,) = plan.node_argvs
     assert "--nproc_per_node=64" in argv
-    assert argv[argv.index("--module") + 1] == platforms.TRN2_MODULE
+    assert argv[argv.index("--module") + 1] == tier_profile.TRN2_MODULE
     assert argv[argv.index("--config") + 1] == "dense_native"
-    assert argv[argv.index("--hf_assets_path") + 1] == str(platform.model_dir)
+    assert argv[argv.index("--hf_assets_path") + 1] == str(tier.model_dir)
     assert argv.count("--hf_assets_path") == 1
     assert argv[argv.index("--training.seq_len") + 1] == "4096"
     assert plan.env[topology.LNC_ENV] == "2"
-    assert plan.env[platforms.MODEL_DIR_ENV] == str(platform.model_dir)
+    assert plan.env[tier_profile.MODEL_DIR_ENV] == str(tier.model_dir)
     # the write-up's module folder (``my_neuron_kernels`` by its bare name), then the repository
-    assert plan.env["PYTHONPATH"].split(os.pathsep)[:2] == [str(runs.WRITEUP_MODULES_DIR), str(REPO)]
+    assert plan.env["PYTHONPATH"].split(os.pathsep)[:2] == [str(WRITEUP_MODULES_DIR), str(REPO)]
 
 
 def test_two_agents_on_one_host_split_the_cores(tmp_path):
     """Two torchrun agents count LOCAL_RANK from 0 each: the second agent's ranks are
     offset by the first's, so NEURON_RT_VISIBLE_CORES never names a core twice."""
-    platform = platforms.trn2_platform("trn2.48xlarge", 2, _model_dir(tmp_path))
-    plan = _plan(tmp_path, platform, runs.RunSpec(config="dense_native", steps=10, nnodes=2))
+    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
+    plan = _plan(tmp_path, tier, RunSpec(config="dense_native", steps=10, nnodes=2))
     assert len(plan.node_argvs) == 2 and plan.nproc_per_node == 32
-    assert [e[platforms.CORE_OFFSET_ENV] for e in plan.node_envs] == ["0", "32"]
-    cpu_plan = _plan(tmp_path, platforms.cpu_platform(), runs.RunSpec(config="dense_native", nnodes=2))
+    assert [e[tier_profile.CORE_OFFSET_ENV] for e in plan.node_envs] == ["0", "32"]
+    cpu_plan = _plan(tmp_path, tier_profile.cpu_profile(), RunSpec(config="dense_native", nnodes=2))
     assert cpu_plan.node_envs == [{}, {}]
 
 
 def test_timeouts_come_from_the_profile(tmp_path):
     """A trn2 run's limit includes start-up (weights) and first-step compilation; a spec's
     own timeout wins."""
-    trn2 = platforms.trn2_platform("trn2.48xlarge", 2, _model_dir(tmp_path))
-    cpu = platforms.cpu_platform()
-    spec = runs.RunSpec(config="dense_native", steps=10)
+    trn2 = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
+    cpu = tier_profile.cpu_profile()
+    spec = RunSpec(config="dense_native", steps=10)
     assert _plan(tmp_path, trn2, spec).timeout_s == trn2.timeouts.startup_s + trn2.timeouts.compile_s + 10 * trn2.timeouts.step_s
     assert _plan(tmp_path, cpu, spec).timeout_s < _plan(tmp_path, trn2, spec).timeout_s
-    assert _plan(tmp_path, cpu, runs.RunSpec(config="dense_native", timeout_s=7.0)).timeout_s == 7.0
+    assert _plan(tmp_path, cpu, RunSpec(config="dense_native", timeout_s=7.0)).timeout_s == 7.0
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in (runs.SESSION_ENV, "CONFORMANCE_REPORT_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in (SESSION_ENV, "CONFORMANCE_REPORT_DIR")}
     return subprocess.run([sys.executable, "-m", "pytest", *args, "--report-dir", str(tmp_path / "report")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 

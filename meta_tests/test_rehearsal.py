@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import plugin, rehearsal, runs
-from fixtures import platform as platforms
+from fixtures import plugin, rehearsal
+from fixtures.repo import SESSION_ENV
+from fixtures.runs.plan import launch_plan
+from fixtures.runs.spec import RunSpec
+from fixtures import tier_profile
 
 pytestmark = pytest.mark.meta
 
@@ -27,7 +30,7 @@ def test_standins_are_unreachable_without_the_option(tmp_path):
     assert not plugin.stand_in_reachable()
     assert not any(str(rehearsal.STANDIN_ROOT) in p for p in sys.path)
     assert str(rehearsal.STANDIN_ROOT) not in os.environ.get("PYTHONPATH", "")
-    plan = runs.launch_plan(runs.RunSpec(config="dense_native"), platforms.cpu_platform(), tmp_path,
+    plan = launch_plan(RunSpec(config="dense_native"), tier_profile.cpu_profile(), tmp_path,
                             hf_assets=tmp_path, dataset=tmp_path)
     assert str(rehearsal.STANDIN_ROOT) not in plan.env["PYTHONPATH"]
     code = "import importlib.util as u; print([n for n in ('torch_neuronx','nkilib','torchtitan_neuron') if u.find_spec(n)])"
@@ -37,7 +40,7 @@ def test_standins_are_unreachable_without_the_option(tmp_path):
 
 def _rehearse(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items()
-             if k not in (runs.SESSION_ENV, "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")}
+             if k not in (SESSION_ENV, "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")}
     return subprocess.run(
         [sys.executable, "-m", "pytest", str(SESSION), "-m", "trn2", "--neuron-dress-rehearsal",
          "--report-dir", str(tmp_path / "report"), *extra],
@@ -80,7 +83,7 @@ def test_a_skip_fails_a_rehearsal(tmp_path):
 def test_a_rank_registers_the_kernel_with_nki_op():
     """On the device side (a launched rank) the write-up's wrapper registers the NKI kernel
     through ``torch_neuronx.nki_op``, as the Neuron docs do; elsewhere torch.library."""
-    code = ("import torch, torch_neuronx; from fixtures.kernels import adapter; "
+    code = ("import torch, torch_neuronx; from fixtures.rank.kernels import adapter; "
             "print(adapter._registrar('nki') is torch_neuronx.nki_op, "
             "adapter._registrar('reference') is torch.library.custom_op)")
     env = {**os.environ, "PYTHONPATH": f"{rehearsal.STANDIN_PYTHON}{os.pathsep}{REPO}", "CONFORMANCE_DEVICE_SIDE": "1"}
@@ -93,6 +96,6 @@ def test_the_option_alone_does_not_select_a_tier(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", str(SESSION), "--neuron-dress-rehearsal",
                            "--report-dir", str(tmp_path / "r")],
                           cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != runs.SESSION_ENV})
+                          env={k: v for k, v in os.environ.items() if k != SESSION_ENV})
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR
     assert "add -m trn2" in proc.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import runs
+from fixtures.repo import SESSION_ENV
 from fixtures.hygiene import orphans
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]
@@ -32,8 +32,8 @@ FAKE_AWS_SECRET = "plantedFAKEawsSecretKey/0123456789"
 
 def _session_env(session: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if k not in (runs.SESSION_ENV, "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")}
-    env[runs.SESSION_ENV] = session
+           if k not in (SESSION_ENV, "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")}
+    env[SESSION_ENV] = session
     env.update(extra)
     return env
 

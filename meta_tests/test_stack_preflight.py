@@ -9,8 +9,10 @@ import os
 import pytest
 
 from fixtures import stack_preflight
-from fixtures.platform import cpu_platform
-from fixtures.runs import RunCache, RunSpec
+from fixtures.tier_profile import cpu_profile
+from fixtures.runs.cache import RunCache
+from fixtures.runs.catalogue import Catalogue, Entry
+from fixtures.runs.spec import RunSpec
 
 pytestmark = pytest.mark.meta
 
@@ -48,9 +50,10 @@ def test_importer_and_its_undeclared_requirement_are_named():
 
 
 def test_no_launch_after_a_failed_preflight(tmp_path, broken_module):
-    platform = dataclasses.replace(cpu_platform(), titan_module=broken_module)
-    cache = RunCache(tmp_path / "runs", platform, hf_assets=tmp_path, dataset=tmp_path, asset_key="x")
+    tier = dataclasses.replace(cpu_profile(), titan_module=broken_module)
     spec = RunSpec(config="dense_native", steps=1)
+    runs = Catalogue([Entry("one_step", lambda tier: spec)])
+    cache = RunCache(tmp_path / "runs", tier, hf_assets=tmp_path, dataset=tmp_path, asset_key="x", runs=runs)
     with pytest.raises(stack_preflight.StackPreflightFailed, match="no_such_module_for_preflight"):
         cache.get(spec)
     assert not (cache.root / cache.key(spec)).exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import platform as platforms
+from fixtures import tier_profile
 
 pytestmark = pytest.mark.meta
 
@@ -31,20 +31,19 @@ def _functions_of(module: str) -> set[str]:
     return names
 
 
-def _profiles(tmp_path: Path) -> list[platforms.Platform]:
+def _profiles(tmp_path: Path) -> list[tier_profile.TierProfile]:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen3", "vocab_size": 151936,
                                                    "num_hidden_layers": 36}))
-    return [platforms.cpu_platform(), platforms.trn2_platform("trn2.48xlarge", 2, model)]
+    return [tier_profile.cpu_profile(), tier_profile.trn2_profile("trn2.48xlarge", 2, model)]
 
 
-def _spec_configs() -> dict[str, set[str]]:
-    """Every ``config="..."`` given to a RunSpec in the run definitions and the contracts,
-    by path ("native" unless ``path=`` says otherwise)."""
+def _contract_spec_configs() -> dict[str, set[str]]:
+    """Every ``config="..."`` a contract gives a RunSpec of its own (one the harness refuses
+    before any launch), by path ("native" unless ``path=`` says otherwise)."""
     found: dict[str, set[str]] = {"native": set(), "hf_backend": set()}
-    files = [REPO / "fixtures" / "run_definitions.py", *sorted((REPO / "conformance").glob("test_*.py"))]
-    for f in files:
+    for f in sorted((REPO / "conformance").glob("test_*.py")):
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RunSpec":
                 kw = {k.arg: k.value for k in node.keywords}
@@ -69,16 +68,24 @@ def test_every_declared_config_exists_in_its_tier_module(tmp_path):
     assert missing_configs(_profiles(tmp_path)) == []
 
 
-def test_every_run_names_a_config_some_tier_declares(tmp_path):
-    """A config name used by a run is declared by the cpu tier (which runs every contract);
-    one the trn2 tier does not declare is refused by the run cache before any launch."""
-    cpu, trn2 = _profiles(tmp_path)
-    used = _spec_configs()
-    assert used["native"] and used["hf_backend"], used
-    for path, names in used.items():
-        undeclared = names - set(cpu.module_for(path)[1])
+def test_every_run_names_a_config_its_tiers_declare(tmp_path):
+    """Every run of the catalogue, on every tier it applies to, names a config that tier's
+    module declares; a contract's own RunSpec names one the cpu tier declares."""
+    from fixtures.runs.catalogue import CATALOGUE
+
+    profiles = {p.name: p for p in _profiles(tmp_path)}
+    paths = set()
+    for entry in CATALOGUE:
+        for name in entry.tiers:
+            spec = entry.build(profiles[name])
+            paths.add(spec.path)
+            module, declared = profiles[name].module_for(spec.path)
+            assert spec.config in declared, f"{entry.name} on {name}: {module} lacks {spec.config}()"
+    assert paths == {"native", "hf_backend"}, paths
+    for path, names in _contract_spec_configs().items():
+        undeclared = names - set(profiles["cpu"].module_for(path)[1])
         assert not undeclared, f"{path} configs no tier module declares: {sorted(undeclared)}"
-    assert set(trn2.native_configs) <= set(cpu.native_configs)
+    assert set(profiles["trn2"].native_configs) <= set(profiles["cpu"].native_configs)
 
 
 def test_a_removed_config_is_caught(tmp_path, monkeypatch):
@@ -87,14 +94,14 @@ def test_a_removed_config_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "_functions_of",
                         lambda module: real(module) - {"dense_native_many_layers"})
     problems = missing_configs(_profiles(tmp_path))
-    assert "trn2: fixtures.titan.trn2_qwen3 lacks dense_native_many_layers()" in problems
-    assert "cpu: fixtures.titan.cpu_qwen3 lacks dense_native_many_layers()" in problems
+    assert "trn2: fixtures.rank.titan.trn2_qwen3 lacks dense_native_many_layers()" in problems
+    assert "cpu: fixtures.rank.titan.cpu_qwen3 lacks dense_native_many_layers()" in problems
 
 
 def test_profile_and_probe_names_need_no_torch():
     """The tier profile and the probe file names import without torch (the harness reads a
     run, and the meta tests check the modules, on any machine)."""
-    code = ("import sys; import fixtures.platform, fixtures.probe_files, fixtures.rehearsal; "
+    code = ("import sys; import fixtures.tier_profile, fixtures.rank.probe_files, fixtures.rehearsal; "
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -108,7 +115,7 @@ def test_final_state_is_read_into_the_model_the_checkpoint_describes(tmp_path):
     import torch
 
     from fixtures import hf_reference
-    from fixtures.titan.tiny_qwen3 import qwen3_model_from_hf_config
+    from fixtures.rank.titan.tiny_qwen3 import qwen3_model_from_hf_config
 
     hf = {"model_type": "qwen3", "vocab_size": 600, "hidden_size": 32, "intermediate_size": 64,
           "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,

@@ -61,7 +61,7 @@ def test_verdicts():
 
 
 def test_figures_and_runs_are_compared():
-    run = {"description": "dense_native steps=10", "ok": True, "launched_in_session": "s",
+    run = {"description": "dense_native steps=10", "ok": True, "session": "s",
            "steps": [{"loss": 6.25, "step_time_s": 9.0, "memory_gib": 1.0},
                      {"loss": 6.2, "step_time_s": 1.0, "memory_gib": 1.5},
                      {"loss": 6.1, "step_time_s": 3.0, "memory_gib": 1.2}]}

@@ -23,8 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import runs
+from fixtures import repo, session_state
+from fixtures.rank.probe_files import RESOLVED_CONFIG
+from fixtures.runs.result import RunResult
 from reports import inventory
+from reports.layout import bundle_dir, run_record_path
 from reports.redact import redact_env, scrub_text
 
 TAIL_LINES = 200
@@ -64,12 +67,12 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(scrub_text(text, env))
 
-    target = report_dir / "repro" / _safe_name(item.nodeid)
+    target = bundle_dir(report_dir, _safe_name(item.nodeid))
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    python = shlex.quote(str(runs.REPO_ROOT / ".venv" / "bin" / "python"))
-    trn2 = getattr(item.config, "_conformance_trn2", None)
+    python = shlex.quote(str(repo.REPO_ROOT / ".venv" / "bin" / "python"))
+    trn2 = session_state.trn2_profile(item.config)
     tier_args = ""
     if trn2 is not None and item.get_closest_marker("trn2"):
         tier_args = (" -m trn2 --neuron-dress-rehearsal" if trn2.rehearsal
@@ -77,9 +80,9 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport)
     if trn2 is not None and trn2.rehearsal:
         write(target / "REHEARSAL.txt",
               "This failure comes from a Neuron dress rehearsal: the trn2 tier on CPU against "
-              "stand-ins of the Neuron layer (meta_tests/neuron_standin). It is CPU evidence only.\n")
+              "stand-ins of the Neuron layer (neuron_standins). It is CPU evidence only.\n")
     write(target / "rerun.sh",
-          f"cd {shlex.quote(str(runs.REPO_ROOT))} && {python} -m pytest "
+          f"cd {shlex.quote(str(repo.REPO_ROOT))} && {python} -m pytest "
           f"{shlex.quote(item.nodeid)}{tier_args} -p no:xdist --hypothesis-profile repro\n")
     write(target / "failure.txt", report.longreprtext)
     hypothesis = _hypothesis_text(report.longreprtext)
@@ -87,24 +90,22 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport)
         write(target / "hypothesis.txt", hypothesis)
     write(target / "env.json", json.dumps(redact_env(env), indent=1))
     write(target / "inventory.json", json.dumps(inventory.inventory(), indent=1))
-    for name, value in item.user_properties:
+    for name, key in item.user_properties:
         if name != "run":
             continue
-        run = json.loads(value)
-        run_dir = Path(run["run_dir"])
-        out = target / "runs" / run["key"]
+        out = target / "runs" / key
+        record = run_record_path(report_dir, key)
         try:
-            result = json.loads((run_dir / "result.json").read_text())
+            result = RunResult.load(record)
         except OSError:
-            write(out / "MISSING.txt", f"no result.json under {run_dir}\n")
+            write(out / "MISSING.txt", f"no run record at {record}\n")
             continue
-        launch = result["launch"]
-        write(out / "command.sh", launch["command"] + "\n")
-        resolved = run_dir / "dump" / runs.RESOLVED_CONFIG
+        write(out / "command.sh", result.command + "\n")
+        resolved = result.dump_dir / RESOLVED_CONFIG
         if resolved.exists():
-            write(out / runs.RESOLVED_CONFIG, resolved.read_text())
-        write(out / "console.tail.log", _tail(Path(launch["console_log"])))
-        for rank, logs in launch["rank_logs"].items():
+            write(out / RESOLVED_CONFIG, resolved.read_text())
+        write(out / "console.tail.log", _tail(result.launch.console_log))
+        for rank, logs in sorted(result.launch.rank_logs.items()):
             for stream, path in logs.items():
                 write(out / f"rank{rank}.{stream}.tail.log", _tail(Path(path)))
     return target

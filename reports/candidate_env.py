@@ -121,8 +121,8 @@ def clone_venv(src: Path, dst: Path) -> None:
 
 def pip_check(python: Path) -> list[str]:
     """pip check's complaints, less the ones the cpu tier allows (nki-library's Neuron-only
-    requirements, ``fixtures.platform.NKI_LIBRARY_NEURON_ONLY``)."""
-    from fixtures.platform import NKI_LIBRARY_NEURON_ONLY
+    requirements, ``fixtures.tier_profile.NKI_LIBRARY_NEURON_ONLY``)."""
+    from fixtures.tier_profile import NKI_LIBRARY_NEURON_ONLY
     from reports.inventory import pip_check_problems
 
     return pip_check_problems(str(python), NKI_LIBRARY_NEURON_ONLY)[0]

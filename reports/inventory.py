@@ -258,14 +258,9 @@ def pip_check_problems(python: str, allowed: tuple[tuple[str, str], ...] = ()) -
 def titan_api() -> dict:
     """The torchtitan API vintage detected by what the installed package offers (its version
     string does not say: upstream main was ``0.2.2`` for six months)."""
-    try:
-        from fixtures.titan.api import detect
+    from fixtures.rank.titan.api import installed_summary
 
-        api = detect()
-    except Exception as exc:  # torchtitan missing or broken: say so, the report still gets written
-        return {"override_api": f"not detected ({type(exc).__name__}: {exc})"}
-    return {"override_api": api.describe(), "named_overrides": api.named,
-            "function_imports": api.function_imports}
+    return installed_summary()
 
 
 def inventory() -> dict:

@@ -18,15 +18,30 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import plugin, runs
+from fixtures import repo, session_state
+from fixtures.runs.result import RunResult
 from fixtures.expectations import tier_stack_id
 from reports import bundle, inventory, summary
+from reports.layout import run_record_path
 from reports.redact import scrub_text
 
 SCHEMA_VERSION = 1
 REPORT_DIR_ENV = "CONFORMANCE_REPORT_DIR"
-AREAS = ("topology", "rope", "checkpoint", "loss", "paths", "overrides", "moe", "compile",
-         "parallel", "versions", "launch")
+REPORT_DIR = pytest.StashKey[Path]()
+RECORDS = pytest.StashKey[dict]()  # node id -> the contract's record (controller only)
+STARTED = pytest.StashKey[float]()
+# A contract area is a marker whose description in pyproject.toml starts with this.
+AREA_DESCRIPTION_PREFIX = "contracts on "
+
+
+def areas(config: pytest.Config) -> tuple[str, ...]:
+    """The contract areas, as pyproject.toml registers them (``<area>: contracts on ...``)."""
+    found = []
+    for line in config.getini("markers"):
+        name, _, description = line.partition(":")
+        if description.strip().startswith(AREA_DESCRIPTION_PREFIX):
+            found.append(name.split("(", 1)[0].strip())
+    return tuple(found)
 
 
 
@@ -42,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def report_dir(config: pytest.Config) -> Path:
-    return Path(config._conformance_report_dir)
+    return config.stash[REPORT_DIR]
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -56,63 +71,50 @@ def _terminate_as_interrupt(signum, frame):  # SIGTERM -> the same clean-up as C
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if _is_worker(config):
-        config._conformance_report_dir = os.environ[REPORT_DIR_ENV]
+        config.stash[REPORT_DIR] = Path(os.environ[REPORT_DIR_ENV])
     else:
         chosen = config.getoption("--report-dir")
-        directory = Path(chosen) if chosen else runs.REPO_ROOT / "reports" / "out" / runs.session_id()
+        directory = Path(chosen) if chosen else repo.REPO_ROOT / "reports" / "out" / repo.session_id()
         directory = directory.resolve()
         directory.mkdir(parents=True, exist_ok=True)
         # A reused report folder holds the previous session's run records and repro bundles:
         # this session's report replaces that one, so they must not leak into it.
         for stale in ("runs", "repro"):
             shutil.rmtree(directory / stale, ignore_errors=True)
-        config._conformance_report_dir = str(directory)
+        config.stash[REPORT_DIR] = directory
         os.environ[REPORT_DIR_ENV] = str(directory)
         if not config.option.xmlpath:
             config.option.xmlpath = str(directory / "junit.xml")
-        config._conformance_records = {}
-        config._conformance_started = time.time()
+        config.stash[RECORDS] = {}
+        config.stash[STARTED] = time.time()
         _write_report(config, complete=False, exitstatus=None)
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
 
 
-def pytest_conformance_run(item: pytest.Item, result: runs.RunResult) -> None:
-    """A test used a run: keep the run's record in the report folder and name it on the test."""
+def pytest_conformance_run(item: pytest.Item, result: RunResult) -> None:
+    """A test used a run: keep the run's record in the report folder and name it on the test
+    by its key (the record is ``runs/<key>.json``)."""
     _record_run(item.config, result)
-    entry = json.dumps({"key": result.key, "run_dir": result.run_dir})
-    if ("run", entry) not in item.user_properties:
-        item.user_properties.append(("run", entry))
+    if ("run", result.key) not in item.user_properties:
+        item.user_properties.append(("run", result.key))
 
 
-def _record_run(config: pytest.Config, result: runs.RunResult) -> None:
-    directory = report_dir(config) / "runs"
-    directory.mkdir(exist_ok=True)
-    record_path = directory / f"{result.key}.json"
+def _record_run(config: pytest.Config, result: RunResult) -> None:
+    record_path = run_record_path(report_dir(config), result.key)
+    record_path.parent.mkdir(exist_ok=True)
     if not record_path.exists():
-        record = {
-            "key": result.key,
-            "spec": result.spec.to_json(),
-            "description": result.spec.describe(),
-            "run_dir": result.run_dir,
-            "command": result.command,
-            "ok": result.ok,
-            "returncode": result.launch.returncode,
-            "timed_out": result.launch.timed_out,
-            "wall_s": result.launch.wall_s,
-            "launched_in_session": result.session,
-            "steps": result.steps,
-        }
+        record = result.to_json()
         tmp = record_path.with_name(record_path.name + ".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, record_path)
-        summary.plot_losses(record, directory / f"{result.key}.png")
+        summary.plot_losses(record, record_path.with_suffix(".png"))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     callspec = getattr(item, "callspec", None)
-    tier = callspec.params.get("platform") if callspec is not None else None
-    area = next((a for a in AREAS if item.get_closest_marker(a)), None)
+    tier = callspec.params.get("tier") if callspec is not None else None
+    area = next((a for a in areas(item.config) if item.get_closest_marker(a)), None)
     item.user_properties.append(("tier", tier))
     item.user_properties.append(("area", area))
 
@@ -161,7 +163,7 @@ class _Collector:
         self.config = config
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        records = self.config._conformance_records
+        records = self.config.stash[RECORDS]
         rec = records.setdefault(report.nodeid, {
             "nodeid": report.nodeid,
             "outcome": "passed",
@@ -181,9 +183,8 @@ class _Collector:
         for name, value in report.user_properties:
             if name == "run":
                 rec.setdefault("runs", [])
-                run = json.loads(value)
-                if run not in rec["runs"]:
-                    rec["runs"].append(run)
+                if value not in rec["runs"]:
+                    rec["runs"].append(value)
             elif name in ("repro_bundle", "expectation", "tier", "area"):
                 rec[name] = value
             else:  # figures a contract measured (record_property): errors, losses, dtypes
@@ -193,10 +194,10 @@ class _Collector:
 
 
 def _profiles(config: pytest.Config) -> dict:
-    from fixtures.platform import cpu_platform
+    from fixtures.tier_profile import cpu_profile
 
-    out = {"cpu": cpu_platform().describe()}
-    trn2 = getattr(config, "_conformance_trn2", None)
+    out = {"cpu": cpu_profile().describe()}
+    trn2 = session_state.trn2_profile(config)
     if trn2 is not None:
         out["trn2"] = trn2.describe()
     return out
@@ -211,21 +212,21 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
         "schema_version": SCHEMA_VERSION,
         "complete": complete,
         "exitstatus": None if exitstatus is None else int(exitstatus),
-        "session": runs.session_id(),
-        "started_at": config._conformance_started,
+        "session": repo.session_id(),
+        "started_at": config.stash[STARTED],
         "finished_at": time.time() if complete or exitstatus is not None else None,
-        "platforms": sorted({r["tier"] for r in config._conformance_records.values() if r.get("tier")}),
+        "platforms": sorted({r["tier"] for r in config.stash[RECORDS].values() if r.get("tier")}),
         "stack_id": {t: tier_stack_id(config, t) for t in ("cpu", "trn2")},
-        "rehearsal": plugin.is_rehearsal(config),
+        "rehearsal": session_state.is_rehearsal(config),
         "platform_profiles": _profiles(config),
-        "not_covered": [n for n in plugin.not_covered(config)
-                        if n["tier"].split(" ", 1)[0] in {r["tier"] for r in config._conformance_records.values()}],
+        "not_covered": [n for n in session_state.not_covered(config)
+                        if n["tier"] in {r["tier"] for r in config.stash[RECORDS].values()}],
         "inventory": inventory.inventory(),
-        "stack_preflight": [{"tier": c.platform.name, **c.preflight_result.to_json()}
-                            for c in getattr(config, "_conformance_run_caches", [])
+        "stack_preflight": [{"tier": c.tier.name, **c.preflight_result.to_json()}
+                            for c in session_state.run_caches(config)
                             if c.preflight_result is not None],
         "markexpr": config.option.markexpr,
-        "contracts": sorted(config._conformance_records.values(), key=lambda r: r["nodeid"]),
+        "contracts": sorted(config.stash[RECORDS].values(), key=lambda r: r["nodeid"]),
         "runs": run_records,
     }
     tmp = directory / "report.json.tmp"

@@ -108,7 +108,8 @@ def render(report: dict, gate_result=None) -> str:
     not_covered = report.get("not_covered") or []
     if not_covered:
         lines += ["## Not covered on this tier", ""]
-        lines += [f"- `{n['test']}` on {n['tier']}: {n['reason']}" for n in not_covered]
+        lines += [f"- `{n['test']}` on {n['tier']}{' (rehearsal)' if n.get('rehearsal') else ''}: {n['reason']}"
+                  for n in not_covered]
         lines.append("")
     if report["runs"]:
         lines += ["## Training runs", ""]
@@ -116,12 +117,12 @@ def render(report: dict, gate_result=None) -> str:
         for r in report["runs"]:
             steps = r["steps"]
             rows.append([
-                f"`{r.get('description', r['spec']['config'])}`",
+                f"`{r['description']}`",
                 len(steps),
                 f"{steps[0]['loss']:.5f}" if steps else "-",
                 f"{steps[-1]['loss']:.5f}" if steps else "-",
-                f"{r['wall_s']:.1f}",
-                "ok" if r["ok"] else ("timed out" if r["timed_out"] else f"exit {r['returncode']}"),
+                f"{r['launch']['wall_s']:.1f}",
+                "ok" if r["ok"] else ("timed out" if r["launch"]["timed_out"] else f"exit {r['launch']['returncode']}"),
                 f"[plot](runs/{r['key']}.png)" if steps else "",
             ])
         lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "curve"], rows)

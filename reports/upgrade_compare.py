@@ -61,7 +61,7 @@ def launches(report: dict) -> dict:
     the run cache of an earlier session of the same stack)."""
     runs = report.get("runs", [])
     return {"runs": len(runs),
-            "launched": sum(1 for r in runs if r.get("launched_in_session") == report.get("session"))}
+            "launched": sum(1 for r in runs if r.get("session") == report.get("session"))}
 
 
 def _exported_dtypes(contract: dict) -> list[str] | None:

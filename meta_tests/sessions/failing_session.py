@@ -3,10 +3,10 @@ contract on a real run, whose message even quotes a secret."""
 import os
 
 from fixtures.contract import expect_equal
-from fixtures.run_definitions import DENSE_NATIVE
+from fixtures.runs.catalogue import DENSE_NATIVE
 
 
-def test_fails_on_a_run(platform, titan_runs):
+def test_fails_on_a_run(tier, titan_runs):
     run = titan_runs.get(DENSE_NATIVE)
-    expect_equal(len(run.steps), -1, "a deliberately impossible step count", run,
+    expect_equal("a deliberately impossible step count", -1, len(run.steps), run,
                  detail=f"token in the message: {os.environ.get('HF_TOKEN')}")

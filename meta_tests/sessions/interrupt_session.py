@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from fixtures import launcher
+from fixtures.runs.plan import torchrun_argv
 
 HANG = Path(__file__).resolve().parent.parent / "rank_programs" / "hang.py"
 
@@ -11,5 +12,5 @@ def test_finishes_first():
 
 
 def test_hangs_in_a_launch(tmp_path):
-    argv = launcher.torchrun_argv(2, [str(HANG)], tmp_path / "logs")
+    argv = torchrun_argv(2, [str(HANG)], tmp_path / "logs")
     launcher.launch([argv], tmp_path, {}, 600, nproc_per_node=2)

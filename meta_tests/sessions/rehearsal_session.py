@@ -6,7 +6,7 @@ import os
 import pytest
 
 
-def test_pytest_never_opens_the_device(platform):
+def test_pytest_never_opens_the_device(tier):
     """First in the file, before anything imports torch_neuronx here: the kernel runs in the
     device worker, the pytest process never imports torch_neuronx, and the worker is gone
     after release() (the run cache calls it before every launch)."""
@@ -14,41 +14,41 @@ def test_pytest_never_opens_the_device(platform):
 
     import torch
 
-    from fixtures.kernels import device_worker, providers
+    from fixtures import kernel_worker
 
     q = torch.randn(1, 2, 256, 16)
     q_out, k_out = torch.empty_like(q), torch.empty_like(q)
-    providers.PROVIDERS[platform.kernel_provider](q, q.clone(), q_out, k_out, rope_cache=torch.randn(256, 32))
+    kernel_worker.provider(tier.kernel_provider)(q, q.clone(), q_out, k_out, rope_cache=torch.randn(256, 32))
     assert torch.isfinite(q_out).all() and not torch.equal(q_out, q)
     assert "torch_neuronx" not in sys.modules
-    worker = device_worker._executor
+    worker = kernel_worker._executor
     assert worker is not None
-    device_worker.release()
-    assert device_worker._executor is None and not worker._processes
+    kernel_worker.release()
+    assert kernel_worker._executor is None and not worker._processes
 
 
-def test_sees_the_standins(platform):
+def test_sees_the_standins(tier):
     import nkilib.core.embeddings as embeddings
     import torch_neuronx
 
-    assert platform.rehearsal and platform.name == "trn2"
-    assert "meta_tests/neuron_standin" in torch_neuronx.__file__
+    assert tier.rehearsal and tier.name == "trn2"
+    assert "neuron_standins" in torch_neuronx.__file__
     assert not hasattr(embeddings, "rope_hf")  # the real package layout: the kernel is a submodule
 
 
-def test_the_trn2_hypothesis_profile_is_loaded(platform):
+def test_the_trn2_hypothesis_profile_is_loaded(tier):
     """A trn2 session (rehearsed or real) loads the tier's Hypothesis profile by itself:
     each example may compile a kernel for a new shape."""
     from hypothesis import settings
 
-    assert platform.hypothesis_profile == "trn2"
+    assert tier.hypothesis_profile == "trn2"
     assert settings.default.max_examples == settings.get_profile("trn2").max_examples
 
 
-def test_fails_on_purpose(platform):
-    assert platform.nproc_per_node == -1, "a deliberately impossible rank count"
+def test_fails_on_purpose(tier):
+    assert tier.nproc_per_node == -1, "a deliberately impossible rank count"
 
 
-def test_skips_when_asked(platform):
+def test_skips_when_asked(tier):
     if os.environ.get("REHEARSAL_SESSION_SKIP") == "1":
         pytest.skip("skipping on purpose")

@@ -4,19 +4,24 @@ the rank and the signal."""
 from pathlib import Path
 
 from fixtures.contract import expect_equal, require_trained
-from fixtures.runs import REPO_ROOT, RunSpec
+from fixtures.repo import REPO_ROOT
+from fixtures.runs.catalogue import CATALOGUE, Entry
+from fixtures.runs.spec import RunSpec
 
 SITE = Path(__file__).resolve().parent / "abort_at_exit"
 ABORTING = RunSpec(config="dense_native", steps=2, env=(
     ("PYTHONPATH", f"{SITE}:{REPO_ROOT}"), ("CONFORMANCE_ABORT_AT_EXIT_RANK", "1")))
 
+CATALOGUE.add(Entry("meta_aborting_at_exit", lambda tier: ABORTING, trains=False,
+                   why="rank 1 aborts at interpreter exit on purpose"))
 
-def test_reads_the_run(platform, titan_runs):
+
+def test_reads_the_run(tier, titan_runs):
     run = require_trained(titan_runs.get(ABORTING))
-    expect_equal(len(run.steps), 2, "the run recorded its two steps", run)
+    expect_equal("the run recorded its two steps", 2, len(run.steps), run)
 
 
-def test_clean_exit(platform, titan_runs):
+def test_clean_exit(tier, titan_runs):
     from fixtures.contract import expect_clean_exit
 
     expect_clean_exit(titan_runs.get(ABORTING))

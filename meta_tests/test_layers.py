@@ -1,0 +1,106 @@
+"""The harness's layers, as rules on its import graph (read from the source, nothing imported).
+
+- The rank side (``fixtures/rank``: everything a launched rank imports from this
+  repository) imports nothing from the pytest side: no other ``fixtures`` module, no
+  ``reports``, no pytest. So the run cache's source hash (``fixtures.runs.cache``) can be
+  that folder alone, and a change to the tier profile or the reports relaunches nothing.
+- No module imports itself back through others (module level and function level alike),
+  and ``reports`` depends on ``fixtures``, never the other way round.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.meta
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("fixtures", "reports")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules(*roots: str) -> dict[str, Path]:
+    return {_module_name(p): p for root in roots for p in sorted((REPO / root).rglob("*.py"))}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth of its code (``from a import b`` counts as
+    ``a`` and ``a.b``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def internal_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``modules`` it imports (a name resolved to its module)."""
+    graph = defaultdict(set)
+    for name, path in modules.items():
+        for imported in imports_of(path):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(imported + "."):
+                graph[name].add(imported)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every elementary cycle's first appearance, found by depth-first search."""
+    found, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    return found
+
+
+def test_rank_side_imports_nothing_from_the_pytest_side():
+    offending = {}
+    for name, path in _modules("fixtures/rank").items():
+        bad = sorted(m for m in imports_of(path)
+                     if (m.split(".")[0] in PACKAGES and not m.startswith("fixtures.rank")
+                         and m != "fixtures") or m.split(".")[0] in ("pytest", "_pytest"))
+        if bad:
+            offending[name] = bad
+    assert not offending, f"rank-side modules importing pytest-side code: {offending}"
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = internal_graph(_modules(*PACKAGES))
+    assert graph, "no internal imports found: the graph reader is broken"
+    assert not cycles(graph), cycles(graph)
+    upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                    if a.startswith("fixtures") and b.startswith("reports"))
+    assert not upward, f"fixtures importing reports: {upward}"
+
+
+def test_the_checks_see_a_cycle_and_a_layer_break(tmp_path):
+    """Not vacuous: the cycle finder finds a planted cycle, and the rank-side rule reads the
+    import forms the harness uses."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    planted = tmp_path / "m.py"
+    planted.write_text("def f():\n    from fixtures.tier_profile import TierProfile\n")
+    assert "fixtures.tier_profile" in imports_of(planted)

@@ -1,0 +1,73 @@
+"""REHEARSAL STAND-IN, never trn2 evidence: ``qwen3_nki_moe_config`` of TorchTitan Neuron.
+
+Signature as the write-up calls it (CONTRACTS.md path 3): ``qwen3_nki_moe_config(flavor,
+compile_config=CompileConfig(...), n_layers=4, num_experts=64, top_k=4)``. It returns a
+``Trainer.Config`` from upstream's Qwen3 MoE builders shrunk as asked, with the recipe's
+swaps: grouped experts -> ``NKIGroupedExperts``, rotary embedding -> ``GatherFreeRoPE``,
+SDPA attention in every layer. The model's width comes from the checkpoint folder the
+harness names (``CONFORMANCE_MODEL_DIR``), as the rest of the trn2 tier's models do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from torchtitan.models.common.moe import GroupedExperts
+from torchtitan.models.common.rope import CosSinRoPE
+
+
+class NKIGroupedExperts(GroupedExperts):
+    """Stand-in for the NKI grouped-experts kernel: upstream's computation, another name."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(GroupedExperts.Config):
+        pass
+
+
+class GatherFreeRoPE(CosSinRoPE):
+    """Stand-in for the gather-free rotary embedding: upstream's computation, another name."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(CosSinRoPE.Config):
+        pass
+
+
+def _swap(node, old_cls, new_cfg_cls):
+    from torchtitan.config import derive
+
+    return derive(node, new_cfg_cls) if type(node) is old_cls.Config else node
+
+
+def qwen3_nki_moe_config(flavor: str, *, compile_config, n_layers: int, num_experts: int, top_k: int):
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.qwen3 import _build_qwen3_moe_layers, model_registry
+    from torchtitan.models.qwen3.config_registry import qwen3_32b
+
+    from fixtures.rank.model_shapes import TinyQwen3
+    from fixtures.rank.titan.tiny_qwen3 import _tiny_qwen3
+
+    hf = json.loads(open(os.path.join(os.environ["CONFORMANCE_MODEL_DIR"], "config.json")).read())
+    shapes = TinyQwen3.from_hf(hf)
+    layers = _build_qwen3_moe_layers(
+        fuse_qkv=True, n_layers=n_layers, dim=shapes.dim, n_heads=shapes.n_heads,
+        n_kv_heads=shapes.n_kv_heads, head_dim=shapes.head_dim,
+        moe_hidden_dim=max(shapes.hidden_dim // 4, 8), num_experts=num_experts, top_k=top_k,
+        attn_backend="flex", moe_comm_backend="standard",
+        rope=GatherFreeRoPE.Config(dim=shapes.head_dim, max_seq_len=shapes.max_seq_len, theta=shapes.rope_theta),
+    )
+    model = _tiny_qwen3(shapes, False, layers)
+    for layer in model.layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+        routed = layer.moe.routed_experts
+        routed.inner_experts = _swap(routed.inner_experts, GroupedExperts, NKIGroupedExperts.Config)
+    config = qwen3_32b()
+    spec = model_registry("debugmodel_moe")
+    spec.flavor = f"{flavor}-nki-{n_layers}l-{num_experts}e-top{top_k}"
+    spec.model = model
+    config.model_spec = spec
+    config.loss.loss_fn.global_vocab_size = shapes.vocab_size
+    config.compile = compile_config
+    config.training.steps = 3
+    return config
