@@ -24,16 +24,19 @@ pytestmark = pytest.mark.meta
 
 REPO = Path(__file__).resolve().parent.parent
 
-NEURON_LS_48XL = """instance-type: trn2.48xlarge
-instance-id: i-0123456789abcdef0
-logical-neuroncore-config: {lnc}
-+--------+--------+----------+--------+---------------+--------------+
-| NEURON | NEURON |  NEURON  | NEURON |   CONNECTED   |     PCI      |
-| DEVICE | CORES  | CORE IDS | MEMORY |    DEVICES    |     BDF      |
-+--------+--------+----------+--------+---------------+--------------+
-| 0      | 4      | 0-3      | 96 GB  | 12, 3, 4, 1   | 0000:cc:00.0 |
-+--------+--------+----------+--------+---------------+--------------+
-"""
+def neuron_ls_output(instance: str = "trn2.48xlarge", devices: int = 16, lnc: int = 2) -> str:
+    """neuron-ls's plain table (aws-neuron-sdk neuron-ls.rst, trn2n.48xlarge example layout):
+    one row per device with its logical core count and ids."""
+    per = 8 // lnc
+    rows = "".join(f"| {d:<6} | {per:<6} | {f'{d * per}-{d * per + per - 1}':<8} | 96 GB  | 0000:cc:00.0 |\n"
+                   for d in range(devices))
+    return (f"instance-type: {instance}\ninstance-id: i-0123456789abcdef0\n"
+            f"logical-neuroncore-config: {lnc}\n"
+            "+--------+--------+----------+--------+--------------+\n"
+            "| NEURON | NEURON |  NEURON  | NEURON |     PCI      |\n"
+            "| DEVICE | CORES  | CORE IDS | MEMORY |     BDF      |\n"
+            "+--------+--------+----------+--------+--------------+\n" + rows +
+            "+--------+--------+----------+--------+--------------+\n")
 
 
 # The published Qwen3-4B-Instruct-2507 config.json, the keys the profile reads.
@@ -55,7 +58,8 @@ def _model_dir(tmp_path: Path, **changes) -> Path:
 
 
 def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2,
-                  instance: str = "trn2.48xlarge") -> tuple[Path, Path]:
+                  instance: str = "trn2.48xlarge", listed: int | None = None) -> tuple[Path, Path]:
+    """``devices`` /dev/neuron* nodes and a neuron-ls listing ``listed`` devices (default: as many)."""
     dev = tmp_path / "dev"
     dev.mkdir()
     for i in range(devices):
@@ -64,7 +68,7 @@ def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2,
     bin_dir.mkdir()
     tool = bin_dir / "neuron-ls"
     tool.write_text("#!/bin/sh\ncat <<'EOF'\n"
-                    + NEURON_LS_48XL.format(lnc=lnc).replace("trn2.48xlarge", instance) + "EOF\n")
+                    + neuron_ls_output(instance, devices if listed is None else listed, lnc) + "EOF\n")
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     return dev, bin_dir
 
@@ -96,6 +100,48 @@ def test_unknown_instance_is_named_not_a_traceback(tmp_path):
     found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                     torch_neuron_probe=lambda: "available")
     with pytest.raises(tier_profile.NeuronUnavailable, match="instance type 'trn3.48xlarge' is not one the suite knows"):
+        tier_profile.require_trn2(found, _model_dir(tmp_path))
+
+
+@pytest.mark.parametrize("instance", ["trn2n.48xlarge", "trn2u.48xlarge"])
+def test_the_other_trn2_48xlarge_types_are_known(tmp_path, instance):
+    """trn2n.48xlarge (the instance of the docs' own neuron-ls example) and trn2u.48xlarge
+    (trn2-arch.rst) are 16 Trainium2 chips, like trn2.48xlarge: 64 ranks at LNC=2."""
+    dev, bin_dir = _standin_host(tmp_path, instance=instance)
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+                                       torch_neuron_probe=lambda: "available")
+    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).nproc_per_node == 64
+
+
+def test_trn1_is_refused_with_the_reason(tmp_path):
+    dev, bin_dir = _standin_host(tmp_path, instance="trn1.32xlarge", lnc=1, devices=16)
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
+                                       torch_neuron_probe=lambda: "available")
+    with pytest.raises(tier_profile.NeuronUnavailable, match="Trainium1 devices: TorchNeuron needs Trainium2 or Trainium3"):
+        tier_profile.require_trn2(found, _model_dir(tmp_path))
+
+
+def test_ranks_are_the_cores_the_host_exposes(tmp_path):
+    """A container that sees cores 32-63 runs 32 ranks, the first agent's on core 32."""
+    dev, bin_dir = _standin_host(tmp_path)
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
+                                       env={"NEURON_RT_VISIBLE_CORES": "32-47,48-63"})
+    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
+    assert (profile.nproc_per_node, profile.first_core) == (32, 32)
+    plan = _plan(tmp_path, profile, RunSpec(config="dense_native", steps=10, nnodes=2))
+    assert [e[tier_profile.CORE_OFFSET_ENV] for e in plan.node_envs] == ["32", "48"]
+
+
+@pytest.mark.parametrize(("devices", "listed", "env", "message"), [
+    (4, 16, {}, r"neuron-ls lists devices \[0, 1, .*\] but /dev has neuron\[0, 1, 2, 3\]"),
+    (16, 16, {"NEURON_RT_VISIBLE_CORES": "60-67"}, "NEURON_RT_VISIBLE_CORES=60-67 names cores neuron-ls does not list"),
+    (16, 16, {"NEURON_RT_VISIBLE_CORES": "3,5"}, "is not contiguous"),
+])
+def test_views_of_the_cores_that_disagree_are_a_usage_error(tmp_path, devices, listed, env, message):
+    dev, bin_dir = _standin_host(tmp_path, devices=devices, listed=listed)
+    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env=env,
+                                       torch_neuron_probe=lambda: "available")
+    with pytest.raises(tier_profile.NeuronUnavailable, match=message):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
