@@ -2,7 +2,11 @@
 
 import sys
 
-from fixtures.repo import WRITEUP_MODULES_DIR
+from fixtures.device_isolation import keep_device_backends_out
+
+keep_device_backends_out()  # before anything imports torch: pytest never loads TorchNeuron
+
+from fixtures.repo import WRITEUP_MODULES_DIR  # noqa: E402
 
 # The write-up's kernel module is imported by its bare name, in the ranks and in-process.
 sys.path.insert(0, str(WRITEUP_MODULES_DIR))

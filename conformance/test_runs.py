@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.contract import expect_clean_exit
+from fixtures.contract import expect, expect_clean_exit, require_trained
 from fixtures.runs.catalogue import CATALOGUE, CPU_ONLY, EVERY_TIER
 
 pytestmark = [pytest.mark.runs, pytest.mark.slow]
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.runs, pytest.mark.slow]
 @pytest.mark.parametrize("name", CATALOGUE.names(tiers=EVERY_TIER, trains=True))
 def test_run_exits_cleanly(tier, titan_runs, name):
     """A run every tier launches trains and then exits with code 0 on every rank."""
-    expect_clean_exit(titan_runs.get(CATALOGUE.spec(name, tier)))
+    expect_clean_exit(titan_runs.get(CATALOGUE.spec(name, tier)), tier.gloo_process_group)
 
 
 @pytest.mark.only_tiers("cpu", reason="the tiny checkpoint variants and the pretraining run exist only on "
@@ -33,4 +33,21 @@ def test_run_exits_cleanly(tier, titan_runs, name):
 @pytest.mark.parametrize("name", CATALOGUE.names(tiers=CPU_ONLY, trains=True))
 def test_cpu_run_exits_cleanly(tier, titan_runs, name):
     """A run only the cpu tier launches trains and then exits with code 0 on every rank."""
-    expect_clean_exit(titan_runs.get(CATALOGUE.spec(name, tier)))
+    expect_clean_exit(titan_runs.get(CATALOGUE.spec(name, tier)), tier.gloo_process_group)
+
+
+@pytest.mark.only_tiers("trn2", reason="device memory per logical NeuronCore exists only on a Neuron device")
+@pytest.mark.parametrize("name", CATALOGUE.names(tiers=EVERY_TIER, trains=True))
+def test_every_rank_fits_its_logical_core(tier, titan_runs, name):
+    """Every rank's peak device memory (torchtitan's ``memory/max_reserved(GiB)``, from the
+    device module's statistics) is measured and within one logical NeuronCore's memory at
+    the session's LNC: 24 GiB at LNC=2 on Trainium2 (the tier profile's figure, with its
+    source; the rehearsal's cap is scaled to its tiny model)."""
+    run = require_trained(titan_runs.get(CATALOGUE.spec(name, tier)))
+    capacity_gib = tier.device_memory_bytes / 2**30
+    for rank in range(run.world_size):
+        peaks = [s.memory_gib for s in run.rank_steps(rank)]
+        peak = max(peaks) if peaks else float("nan")
+        expect(peak > 0, f"rank {rank}: its peak device memory was measured", "> 0 GiB", peak, run)
+        expect(peak <= capacity_gib, f"rank {rank}: peak device memory fits a logical core",
+               f"<= {capacity_gib:.4g} GiB", f"{peak:.4g} GiB", run)

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fixtures import topology
+from fixtures import tier_profile, topology
+from fixtures.rank import probe_files
 from fixtures.runs.plan import WRITEUP_FLAGS
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.runs.catalogue import DENSE_NATIVE, rank_scaling, two_nodes
@@ -109,6 +110,48 @@ def test_two_nodes_split_the_neuron_cores(tier, titan_runs):
     expect_equal("the two agents' ranks hold distinct NeuronCores covering the host", sorted(str(i) for i in range(world)),
                  sorted(cores), run,
                  detail=f"per rank: {cores}")
+
+
+@pytest.mark.only_tiers("trn2", reason="NeuronCores and the Neuron tools exist only on a Neuron host")
+@pytest.mark.slow
+def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
+    """The binding as the Neuron tools see it, not as the suite set it: with every rank on
+    its device, ``neuron-ls -j`` (taken inside the run) lists each rank's process as using a
+    device, each device as many rank processes as it has logical cores (one process per
+    logical core), and no other process using the runtime on those devices."""
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
+    listing = run.probe_json(probe_files.neuron_ls())
+    expect(listing["devices"] is not None, "neuron-ls -j ran inside the run", "a device list",
+           listing, run)
+    held = tier_profile.neuron_processes(listing["devices"])
+    ranks = {run.placements(r)["pid"]: r for r in range(run.world_size)}
+    missing = sorted(r for pid, r in ranks.items() if pid not in held)
+    expect_equal("every rank's process uses a NeuronCore (neuron-ls -j)", [], missing, run,
+                 detail=f"listed: {held}")
+    others = sorted(pid for pid in held if pid not in ranks)
+    expect_equal("no process but the ranks uses the devices", [], others, run, detail=f"listed: {held}")
+    per_device = {d["neuron_device"]: d["nc_count"] for d in listing["devices"]}
+    counts = {dev: sum(1 for pid in ranks if held.get(pid) == dev) for dev in per_device}
+    expect_equal("each device holds one rank per logical core",
+                 {dev: n for dev, n in per_device.items() if counts[dev]}, {d: n for d, n in counts.items() if n},
+                 run)
+
+
+@pytest.mark.only_tiers("trn2", reason="NeuronCores and the Neuron tools exist only on a Neuron host")
+def test_the_pytest_process_holds_no_neuroncore():
+    """The pytest process never starts the Neuron runtime: device-backend autoload is off for
+    it (``fixtures.device_isolation``), torch_neuronx is not imported, and ``neuron-ls -j``
+    lists no core held by it (the kernel device worker, released before every launch, is
+    the only suite process that may hold one, pinned to a single core)."""
+    import os
+    import sys
+
+    expect("torch_neuronx" not in sys.modules, "torch_neuronx is not imported in the pytest process",
+           "not imported", sys.modules.get("torch_neuronx"))
+    held = tier_profile.list_neuron_processes()
+    expect(isinstance(held, dict), "neuron-ls -j lists the device processes", "a listing", held)
+    expect(os.getpid() not in held, "the pytest process uses no NeuronCore", "not listed",
+           f"pid {os.getpid()} on device {held.get(os.getpid())}")
 
 
 @pytest.mark.slow

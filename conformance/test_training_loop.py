@@ -20,8 +20,9 @@ import pytest
 
 from fixtures import lr_schedule, training_settings
 from fixtures.contract import expect, expect_close_series, fail, require_trained
-from fixtures.runs.catalogue import (DENSE_NATIVE, SCHEDULE_AND_CLIP, clipping_run, rank_scaling,
-                                      tensor_parallel, tensor_parallel_reference, two_nodes)
+from fixtures.runs.catalogue import (DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, SCHEDULE_AND_CLIP,
+                                      clipping_run, rank_scaling, tensor_parallel,
+                                      tensor_parallel_reference, two_nodes)
 
 pytestmark = [pytest.mark.training_loop, pytest.mark.slow]
 
@@ -98,7 +99,7 @@ def test_first_adamw_step_is_torchs_adamw(tier, titan_runs, record_property):
     weights by tens of ulps) and a changed fused kernel."""
     import torch
 
-    run = require_trained(titan_runs.get(DENSE_NATIVE))
+    run = require_trained(titan_runs.get(DENSE_NATIVE_OPTIMIZER_TENSORS))
     config = run.resolved_config()
     opt = training_settings.optimizer(config)
     lr = lr_schedule.learning_rates(opt.lr, training_settings.schedule(config), 1)[0]

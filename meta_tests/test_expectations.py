@@ -74,5 +74,20 @@ def test_stack_id_comes_from_installed_versions():
     assert stack.stack_id("cpu", found) == "cpu-torch2.14-titan0.2+git5059f32"
     found = {"torch": "2.14.1", "torchtitan": "0.2.2", "torchtitan_build": "git5059f32", "python": "3.11.7"}
     assert stack.stack_id("cpu", found) == "cpu-torch2.14-titan0.2+git5059f32"
-    # The committed reference file matches this machine's installed stack.
-    assert (expectations.EXPECTATIONS_DIR / f"{stack.stack_id('cpu')}.txt").exists()
+    # the fork's release label (TorchTitan Neuron 0.2.2+neuron.1) names its own file
+    found = {"torch": "2.14.0", "torchtitan": "0.2.2+neuron.1", "python": "3.12.3"}
+    assert stack.stack_id("trn2", found) == "trn2-torch2.14-titan0.2+neuron.1"
+    # The committed files match this machine's installed stack and both forms of the fork.
+    for name in (stack.stack_id("cpu"), "trn2-torch2.14-titan0.2", "trn2-torch2.14-titan0.2+neuron.1"):
+        expectations.load(name)
+
+
+def test_a_stack_without_an_expectations_file_is_a_usage_error_naming_it(pytester):
+    """A stack whose expectations nobody reviewed cannot run as if it had none: the session
+    stops at collection naming the file it looked for (every tier alike)."""
+    pytester.makepyfile(test_sample=TESTS)
+    empty = pytester.mkdir("no-expectations")
+    result = pytester.runpytest("-p", "fixtures.expectations", "--expectations-dir", str(empty))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*no expectations file for the stack {stack.stack_id('cpu')}*"
+                                 f"{stack.stack_id('cpu')}.txt does not exist*"])

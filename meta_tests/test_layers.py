@@ -4,6 +4,8 @@
   repository) imports nothing from the pytest side: no other ``fixtures`` module, no
   ``reports``, no pytest. So the run cache's source hash (``fixtures.runs.cache``) can be
   that folder alone, and a change to the tier profile or the reports relaunches nothing.
+- The Neuron stand-ins (``neuron_standins``, distributions of their own) import nothing of
+  the harness.
 - No module imports itself back through others (module level and function level alike),
   and ``reports`` depends on ``fixtures``, never the other way round.
 """
@@ -86,6 +88,14 @@ def test_rank_side_imports_nothing_from_the_pytest_side():
         if bad:
             offending[name] = bad
     assert not offending, f"rank-side modules importing pytest-side code: {offending}"
+
+
+def test_the_standins_import_nothing_of_the_harness():
+    offending = {name: sorted(m for m in imports_of(path) if m.split(".")[0] in PACKAGES)
+                 for name, path in _modules("neuron_standins").items()}
+    offending = {k: v for k, v in offending.items() if v}
+    assert len(_modules("neuron_standins")) >= 15
+    assert not offending, f"stand-ins importing the harness: {offending}"
 
 
 def test_the_import_graph_has_no_cycle():

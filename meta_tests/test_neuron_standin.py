@@ -8,12 +8,14 @@ are never trn2 evidence. These tests hold them to their sources:
   expected exception and text), fp32 parity with the vendor's pure-torch reference
   ``rope_hf_torch_ref`` (forward, backward, each cache form), bf16 computed in bf16.
 - ``torch_neuronx``: ``wrap_nki(kernel)[lnc]`` and its LNC rules (NCC_EVRF066, the runtime's
-  NEFF mismatch), ``nki_op`` registration with autograd. Run in subprocesses: importing the
-  stand-in ``torch_neuronx`` installs the rehearsal device, which must not touch this session.
+  NEFF mismatch), ``nki_op`` registration with autograd. Run in subprocesses of the rehearsal
+  environment, where the stand-ins are installed (``meta_tests.rehearsal_env``): importing
+  ``torch_neuronx`` registers the ``neuron`` device, which must not touch this session.
 - ``neuron-ls``: its output parsed by the suite's own regexes (LNC 2 -> 4 cores, 1 -> 8).
 
-In-process imports of the stand-ins go through ``standin_nkilib``, which removes them from
-``sys.path`` and ``sys.modules`` afterwards, so nothing leaks into the rest of the session.
+In-process imports of the pure-Python stand-ins (nkilib, from its source folder) go through
+``standin_nkilib``, which removes them from ``sys.path`` and ``sys.modules`` afterwards, so
+nothing leaks into the rest of the session.
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ import pytest
 import torch
 
 from fixtures import tier_profile, topology
+from meta_tests import rehearsal_env
 
 pytestmark = pytest.mark.meta
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STANDIN = REPO_ROOT / "neuron_standins"
-STANDIN_PYTHON = STANDIN / "python"
-NEURON_LS = STANDIN / "bin" / "neuron-ls"
+STANDIN_PYTHON = STANDIN / "neuronx-cc"  # nkilib and _neuron_rehearsal, pure Python
+STANDIN_SOURCES = [STANDIN / "neuronx-cc", STANDIN / "torch-neuronx", STANDIN / "aws-neuronx-tools",
+                   STANDIN / "torchtitan-neuron"]
 WHEEL = REPO_ROOT.parent / "shared" / "wheels" / "nki_library-0.1.0+gd4920de-py3-none-any.whl"
 WHEEL_PKG = "nkilib_src/nkilib/"
 STANDIN_MODULES = ("nkilib", "torch_neuronx", "_neuron_rehearsal")
@@ -378,15 +382,16 @@ def test_lnc2_shards_write_halves(standin_nkilib, lnc_env):
 
 
 def _run_standin(code: str, tmp: Path, env_extra: dict[str, str] | None = None, timeout: int = 300):
-    """Run ``code`` in a fresh interpreter with the stand-ins (and the nki-library wheel) on
-    its path; its temporary files (torch.compile's too) go under ``tmp``."""
+    """Run ``code`` in a fresh interpreter of the rehearsal environment (the stand-ins
+    installed; the nki-library wheel on its path); its temporary files (torch.compile's too)
+    go under ``tmp``."""
     env = {k: v for k, v in os.environ.items() if k not in LNC_ENVS}
     env["TMPDIR"] = str(tmp)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "torchinductor")
-    paths = [str(STANDIN_PYTHON)] + ([str(WHEEL)] if WHEEL.is_file() else [])
+    paths = [str(WHEEL)] if WHEEL.is_file() else []
     env["PYTHONPATH"] = os.pathsep.join(paths + [str(REPO_ROOT)])
     env.update(env_extra or {})
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+    proc = subprocess.run([str(rehearsal_env.require()), "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env=env, cwd=str(REPO_ROOT), timeout=timeout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -515,19 +520,26 @@ def test_nki_op_registers_a_custom_op_with_autograd(tmp_path):
     assert res["fwd"] == 0.0 and res["bwd"] < 1e-6 and res["compiled"] and res["direct"]
 
 
-def test_torch_neuronx_import_runs_the_rehearsal_device_install(tmp_path):
+def test_torch_neuronx_import_registers_the_neuron_device(tmp_path):
     code = """
-    import json, sys
+    import json, torch
     import torch_neuronx
-    print(json.dumps({"device_module": "torch_neuronx._rehearsal_device" in sys.modules,
-                      "version": torch_neuronx.__version__,
-                      "standin": torch_neuronx.REHEARSAL_STANDIN}))
+    x = torch.ones(2, device="neuron")
+    print(json.dumps({"device": x.device.type, "backend": torch._C._get_privateuse1_backend_name(),
+                      "version": torch_neuronx.__version__, "standin": torch_neuronx.REHEARSAL_STANDIN}))
     """
-    res = _run_standin(code, tmp_path)
-    assert res == {"device_module": True, "version": "2.14.3.0+rehearsal", "standin": True}
+    res = _run_standin(code, tmp_path, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+                                        "NEURON_REHEARSAL_LOCK_DIR": str(tmp_path / "locks")})
+    assert res == {"device": "neuron", "backend": "neuron", "version": "2.14.3.0+rehearsal", "standin": True}
 
 
 # ---------------------------------------------------------------- neuron-ls
+
+
+def _neuron_ls() -> Path:
+    """The stand-in neuron-ls, as the rehearsal environment installs it (bin/neuron-ls)."""
+    rehearsal_env.require()
+    return rehearsal_env.NEURON_LS
 
 
 @pytest.mark.parametrize("lnc, cores", [(None, 4), ("2", 4), ("1", 8)])
@@ -535,7 +547,7 @@ def test_neuron_ls_output_parses_as_a_trn2_3xlarge(lnc, cores):
     env = {k: v for k, v in os.environ.items() if k not in LNC_ENVS}
     if lnc is not None:
         env["NEURON_LOGICAL_NC_CONFIG"] = lnc
-    proc = subprocess.run([str(NEURON_LS)], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([str(_neuron_ls())], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     instance = tier_profile._INSTANCE_RE.search(out).group(1)
@@ -551,7 +563,7 @@ def test_neuron_ls_output_parses_as_a_trn2_3xlarge(lnc, cores):
 def test_neuron_ls_matches_the_real_trn2_3xlarge_table():
     """The table of a real trn2.3xlarge at LNC=2 (as published verbatim), line for line."""
     env = {k: v for k, v in os.environ.items() if k not in LNC_ENVS}
-    out = subprocess.run([str(NEURON_LS)], capture_output=True, text=True, env=env,
+    out = subprocess.run([str(_neuron_ls())], capture_output=True, text=True, env=env,
                          timeout=60).stdout.splitlines()
     assert out[0] == "instance-type: trn2.3xlarge"
     assert out[1].startswith("instance-id: i-")
@@ -569,17 +581,17 @@ def test_neuron_ls_matches_the_real_trn2_3xlarge_table():
 def test_neuron_ls_refuses_an_unsupported_lnc():
     env = {k: v for k, v in os.environ.items() if k not in LNC_ENVS}
     env["NEURON_LOGICAL_NC_CONFIG"] = "4"
-    proc = subprocess.run([str(NEURON_LS)], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([str(_neuron_ls())], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode != 0 and "not 1 or 2" in proc.stderr
 
 
 def test_every_standin_module_says_it_is_a_rehearsal_standin():
-    """Every module of these stand-ins (nkilib, torch_neuronx, _neuron_rehearsal, neuron-ls)."""
-    paths = [p for top in STANDIN_MODULES for p in sorted((STANDIN_PYTHON / top).rglob("*.py"))]
-    assert len(paths) >= 10
-    for path in paths + [NEURON_LS]:
-        if path.name == "_rehearsal_device.py":
-            continue  # written by the rehearsal wiring, not part of these stand-ins
+    """Every module of every stand-in distribution, its build script, and its C++ source."""
+    paths = [p for root in STANDIN_SOURCES for p in sorted(root.rglob("*.py")) if "build" not in p.parts]
+    assert len(paths) >= 15
+    for cpp in [p for root in STANDIN_SOURCES for p in root.rglob("*.cpp")]:
+        assert "REHEARSAL STAND-IN" in cpp.read_text()[:400], cpp
+    for path in paths:
         text = path.read_text()
         if path.name == "__init__.py" and path.parent.name in ("core", "embeddings") \
                 and path.parent.parent.name in ("nkilib", "core"):

@@ -15,6 +15,7 @@ from fixtures import plugin, rehearsal
 from fixtures.repo import SESSION_ENV
 from fixtures.runs.plan import launch_plan
 from fixtures.runs.spec import RunSpec
+from meta_tests import rehearsal_env
 from fixtures import tier_profile
 
 pytestmark = pytest.mark.meta
@@ -24,25 +25,36 @@ SESSION = Path(__file__).resolve().parent / "sessions" / "rehearsal_session.py"
 
 
 def test_standins_are_unreachable_without_the_option(tmp_path):
-    """This session was started without ``--neuron-dress-rehearsal``: no stand-in module is
-    importable, none is on sys.path or PYTHONPATH, and a launched rank would not see them."""
+    """This session was started without ``--neuron-dress-rehearsal`` in a cpu environment: no
+    stand-in distribution is installed, no stand-in module is importable here or in a launched
+    rank, and none of their folders is on sys.path or a rank's PYTHONPATH."""
     assert not rehearsal.active()
     assert not plugin.stand_in_reachable()
     assert not any(str(rehearsal.STANDIN_ROOT) in p for p in sys.path)
-    assert str(rehearsal.STANDIN_ROOT) not in os.environ.get("PYTHONPATH", "")
     plan = launch_plan(RunSpec(config="dense_native"), tier_profile.cpu_profile(), tmp_path,
-                            hf_assets=tmp_path, dataset=tmp_path)
+                       hf_assets=tmp_path, dataset=tmp_path)
     assert str(rehearsal.STANDIN_ROOT) not in plan.env["PYTHONPATH"]
     code = "import importlib.util as u; print([n for n in ('torch_neuronx','nkilib','torchtitan_neuron') if u.find_spec(n)])"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert "meta_tests" not in proc.stdout and proc.returncode == 0, proc.stdout + proc.stderr
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": plan.env["PYTHONPATH"]})
+    assert proc.stdout.strip() == "[]" and proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_option_in_a_cpu_environment_is_a_usage_error_naming_the_setup(tmp_path):
+    """--neuron-dress-rehearsal where the stand-ins are not installed stops with the command
+    that builds the rehearsal environment (exit 4), never a run of skips."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(SESSION), "-m", "trn2", "--neuron-dress-rehearsal",
+                           "--report-dir", str(tmp_path / "r")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=rehearsal_env.clean_env())
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert "is not the rehearsal environment" in proc.stderr and "scripts/setup-venv.sh rehearsal" in proc.stderr
 
 
 def _rehearse(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items()
              if k not in (SESSION_ENV, "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", str(SESSION), "-m", "trn2", "--neuron-dress-rehearsal",
+        [str(rehearsal_env.require()), "-m", "pytest", str(SESSION), "-m", "trn2", "--neuron-dress-rehearsal",
          "--report-dir", str(tmp_path / "report"), *extra],
         cwd=REPO, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=600)
 
@@ -86,16 +98,15 @@ def test_a_rank_registers_the_kernel_with_nki_op():
     code = ("import torch, torch_neuronx; from fixtures.rank.kernels import adapter; "
             "print(adapter._registrar('nki') is torch_neuronx.nki_op, "
             "adapter._registrar('reference') is torch.library.custom_op)")
-    env = {**os.environ, "PYTHONPATH": f"{rehearsal.STANDIN_PYTHON}{os.pathsep}{REPO}", "CONFORMANCE_DEVICE_SIDE": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = rehearsal_env.clean_env(PYTHONPATH=str(REPO))
+    proc = subprocess.run([str(rehearsal_env.require()), "-c", code], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert proc.stdout.split() == ["True", "True"], proc.stdout + proc.stderr
 
 
 def test_the_option_alone_does_not_select_a_tier(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(SESSION), "--neuron-dress-rehearsal",
+    proc = subprocess.run([str(rehearsal_env.require()), "-m", "pytest", str(SESSION), "--neuron-dress-rehearsal",
                            "--report-dir", str(tmp_path / "r")],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != SESSION_ENV})
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=rehearsal_env.clean_env())
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR
     assert "add -m trn2" in proc.stderr

@@ -72,3 +72,19 @@ def test_missing_api_of_a_dependency_names_the_bound_that_is_not_declared():
     assert f"raised in {importer} (package torchtitan" in message
     assert "which uses tyro " in message
     assert "torchtitan declares tyro without a version bound" in message
+
+
+def test_a_module_only_some_runs_import_fails_those_runs_alone(tmp_path, broken_module):
+    """A transformers-backend module (or an override) that does not import fails the runs
+    that import it, named once with them; a native run's preflight does not import it."""
+    tier = dataclasses.replace(cpu_profile(), hf_backend_module=broken_module)
+    native = RunSpec(config="dense_native", steps=1)
+    backend = RunSpec(config="hf_backend", path="hf_backend", steps=1)
+    cache = RunCache(tmp_path / "runs", tier, hf_assets=tmp_path, dataset=tmp_path, asset_key="x",
+                     runs=Catalogue([Entry("native", lambda t: native), Entry("backend", lambda t: backend)]))
+    assert broken_module not in cache.rank_imports(native)
+    with pytest.raises(stack_preflight.StackPreflightFailed, match="needed by: hf_backend steps=1"):
+        cache.require_stack_preflight(backend)
+    cache.require_stack_preflight(native)  # imports the entry point and the native module only
+    found = {tuple(r["runs"]): r["ok"] for r in cache.preflight_results}
+    assert found == {("hf_backend steps=1",): False, ("dense_native steps=1",): True}, found

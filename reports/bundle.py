@@ -19,6 +19,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,34 @@ def _hypothesis_text(longrepr: str) -> str | None:
     return "\n".join(keep) + "\n" if keep else None
 
 
+def _portable(path: Path) -> str:
+    """A path inside the repository as a relative one; elsewhere the path itself (a recorded
+    fact of the machine that wrote the bundle, meant to be overridden there)."""
+    path = Path(path)
+    try:
+        return str(path.relative_to(repo.REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def rerun_script(item: pytest.Item, trn2) -> str:
+    """One command that reruns the contract alone, with the interpreter of the session that
+    failed (``PYTHON`` overrides it), from a checkout of the suite (the repository the bundle
+    sits in, or ``CONFORMANCE_REPO``): no absolute path but the recorded interpreter and
+    model folder, each behind a variable."""
+    tier_args = ""
+    if trn2 is not None and item.get_closest_marker("trn2"):
+        tier_args = (" -m trn2 --neuron-dress-rehearsal" if trn2.rehearsal
+                     else ' -m trn2 --trn2-model-dir "${QWEN3_4B_DIR:-' + _portable(trn2.model_dir) + '}"')
+    return ("#!/usr/bin/env bash\n"
+            f"# Reruns {item.nodeid} alone, as the session that failed ran it (its interpreter is\n"
+            "# recorded below: PYTHON=... overrides it; CONFORMANCE_REPO=... names the checkout).\n"
+            "set -euo pipefail\n"
+            'cd "${CONFORMANCE_REPO:-$(git -C "$(dirname "$0")" rev-parse --show-toplevel)}"\n'
+            f'exec "${{PYTHON:-{_portable(Path(sys.executable))}}}" -m pytest {shlex.quote(item.nodeid)}'
+            f"{tier_args} -p no:xdist --hypothesis-profile repro\n")
+
+
 def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport) -> Path:
     env = dict(os.environ)
 
@@ -71,19 +100,13 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport)
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    python = shlex.quote(str(repo.REPO_ROOT / ".venv" / "bin" / "python"))
     trn2 = session_state.trn2_profile(item.config)
-    tier_args = ""
-    if trn2 is not None and item.get_closest_marker("trn2"):
-        tier_args = (" -m trn2 --neuron-dress-rehearsal" if trn2.rehearsal
-                     else f" -m trn2 --trn2-model-dir {shlex.quote(str(trn2.model_dir))}")
     if trn2 is not None and trn2.rehearsal:
         write(target / "REHEARSAL.txt",
               "This failure comes from a Neuron dress rehearsal: the trn2 tier on CPU against "
               "stand-ins of the Neuron layer (neuron_standins). It is CPU evidence only.\n")
-    write(target / "rerun.sh",
-          f"cd {shlex.quote(str(repo.REPO_ROOT))} && {python} -m pytest "
-          f"{shlex.quote(item.nodeid)}{tier_args} -p no:xdist --hypothesis-profile repro\n")
+    write(target / "rerun.sh", rerun_script(item, trn2))
+    target.joinpath("rerun.sh").chmod(0o755)
     write(target / "failure.txt", report.longreprtext)
     hypothesis = _hypothesis_text(report.longreprtext)
     if hypothesis:

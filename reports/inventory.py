@@ -20,6 +20,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from fixtures import stack
+from fixtures.stack import DEB_PACKAGES, deb_versions, neuron_driver_version  # noqa: F401
 
 # Distribution -> the module it must provide.
 NEURON_DISTRIBUTIONS = {
@@ -30,7 +31,6 @@ NEURON_DISTRIBUTIONS = {
     "nki-library": "nkilib_src",  # the optional standalone NKI Library (PyPI 0.0.2 is empty)
     "neuronx-cc": "neuronxcc",
 }
-DEB_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-dkms", "aws-neuronx-tools")
 
 
 def torch_build() -> str:
@@ -59,22 +59,6 @@ def editable_commit(dist: str) -> str | None:
     proc = subprocess.run(["git", "-C", url[len("file://"):], "rev-parse", "HEAD"],
                           capture_output=True, text=True)
     return proc.stdout.strip() or None
-
-
-def deb_versions() -> dict[str, str | None]:
-    if shutil.which("dpkg-query") is None:
-        return {name: None for name in DEB_PACKAGES}
-    out = {}
-    for name in DEB_PACKAGES:
-        proc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", name],
-                              capture_output=True, text=True)
-        out[name] = proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
-    return out
-
-
-def neuron_driver_version() -> str | None:
-    node = Path("/sys/module/neuron/version")
-    return node.read_text().strip() if node.exists() else None
 
 
 _IMPORT_PROBE = (
@@ -133,6 +117,11 @@ def torch_mismatch(pinned: str | None) -> str | None:
     if installed is None:
         return "torch is not installed"
     req = torch_requirement_of()
+    if req is None and pinned is None:
+        neuronx = stack.installed_version("torch-neuronx")
+        return (f"torch-neuronx {neuronx} declares no unconditional torch requirement, so nothing says "
+                f"which torch build it needs: torch {installed} cannot be checked" if neuronx else
+                "torch-neuronx is not installed, and the stack pins no torch: nothing to check torch against")
     if req is not None:
         if not req.specifier.contains(Version(installed), prereleases=True):
             return (f"torch {installed} is installed but torch-neuronx "

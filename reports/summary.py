@@ -57,7 +57,9 @@ def render(report: dict, gate_result=None) -> str:
         lines += ["**INCOMPLETE: the session was interrupted; only finished contracts are listed.**", ""]
     for found in report.get("stack_preflight", []):
         if not found["ok"]:
-            lines += ["**STACK PREFLIGHT FAILED: no run was launched.**", "", "```", found["message"], "```", ""]
+            runs = ", ".join(f"`{r}`" for r in found.get("runs", []))
+            lines += [f"**STACK PREFLIGHT FAILED: these runs were not launched: {runs}.**", "", "```",
+                      found["message"], "```", ""]
     totals = Counter(c["outcome"] for c in contracts)
     lines += [
         f"Tiers: {', '.join(report['platforms']) or 'none'}; selection `-m {report['markexpr']}`; "

@@ -4,17 +4,23 @@
 #   2. the cpu tier on the fork's-vintage stack (torchtitan main at 5059f32c5,
 #      .venv-titan-5059f32): every cpu contract, against that stack's expectations file;
 #   3. the Neuron dress rehearsal (the trn2 tier on CPU against stand-ins of the Neuron
-#      layer: CPU evidence only, never trn2 evidence) on the reference stack.
+#      layer: CPU evidence only, never trn2 evidence) in the rehearsal environment
+#      (.venv-rehearsal), through the two commands a trn2 user runs: scripts/install-trn2.sh
+#      and scripts/trn2.sh.
 # Extra arguments go to every pytest session. Exits with the first non-zero status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 venv=$(bash scripts/setup-venv.sh titan-0.3.0) || exit $?
 fork_venv=$(bash scripts/setup-venv.sh titan-5059f32) || exit $?
+rehearsal_venv=$(bash scripts/setup-venv.sh rehearsal) || exit $?
 "$venv/bin/python" -m pytest meta_tests conformance -m "cpu or meta" --report-dir reports/out/selftest "$@"
 first=$?
 "$fork_venv/bin/python" -m pytest conformance -m cpu --report-dir reports/out/selftest-titan-5059f32 "$@"
 second=$?
-"$venv/bin/python" -m pytest conformance -m trn2 --neuron-dress-rehearsal --report-dir reports/out/rehearsal "$@"
+(
+  export VIRTUAL_ENV="$PWD/$rehearsal_venv" PATH="$PWD/$rehearsal_venv/bin:$PATH"
+  bash scripts/install-trn2.sh && bash scripts/trn2.sh --neuron-dress-rehearsal "$@"
+)
 third=$?
 echo "selftest: cpu tier and meta tests exit ${first}; cpu tier on torchtitan 5059f32c5 exit ${second};" \
      "Neuron dress rehearsal exit ${third}"

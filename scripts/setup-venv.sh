@@ -7,7 +7,12 @@
 #   titan-0.3.0    .venv                 torch 2.14.1, transformers 5.23.0, torchtitan 0.3.0 (PyPI)
 #   titan-5059f32  .venv-titan-5059f32   the same with torchtitan built from upstream main at
 #                                        5059f32c5 (2026-07-20), the API vintage of the Neuron fork
-# Both stacks also get the kernel vendor's pure-torch RoPE reference (nki-library at d2ad3a5).
+#   rehearsal      .venv-rehearsal       the Neuron dress rehearsal's environment: .venv cloned with
+#                                        hard links, plus the stand-ins of neuron_standins/ installed
+#                                        as distributions (torch-neuronx, neuronx-cc, torchtitan-neuron,
+#                                        aws-neuronx-tools, all +rehearsal); torch_neuronx's C++
+#                                        extension is compiled here (about a minute)
+# Both cpu stacks also get the kernel vendor's pure-torch RoPE reference (nki-library at d2ad3a5).
 #
 # The two packages no reachable index serves at the needed commit come from a wheelhouse
 # folder when one is given (CONFORMANCE_WHEELHOUSE, or ../shared/wheels when it exists)
@@ -26,7 +31,8 @@ NKILIB_GIT="nki-library @ git+https://github.com/aws-neuron/nki-library@d2ad3a5"
 case "$STACK" in
   titan-0.3.0)   venv=.venv;               constraints=requirements/cpu-constraints.txt ;;
   titan-5059f32) venv=.venv-titan-5059f32; constraints=requirements/cpu-titan-5059f32-constraints.txt ;;
-  *) echo "setup-venv: unknown stack '$STACK' (titan-0.3.0 or titan-5059f32)" >&2; exit 2 ;;
+  rehearsal)     exec 1>&3 3>&-; exec bash scripts/setup-rehearsal-venv.sh ;;
+  *) echo "setup-venv: unknown stack '$STACK' (titan-0.3.0, titan-5059f32 or rehearsal)" >&2; exit 2 ;;
 esac
 
 wheelhouse=${CONFORMANCE_WHEELHOUSE:-}

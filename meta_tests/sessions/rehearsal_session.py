@@ -28,12 +28,18 @@ def test_pytest_never_opens_the_device(tier):
 
 
 def test_sees_the_standins(tier):
+    """The stand-in distributions, installed (not imported here: this process never loads
+    torch_neuronx), and the real package layout of nkilib (the kernel is a submodule)."""
+    import sys
+
     import nkilib.core.embeddings as embeddings
-    import torch_neuronx
+
+    from fixtures import rehearsal
 
     assert tier.rehearsal and tier.name == "trn2"
-    assert "neuron_standins" in torch_neuronx.__file__
-    assert not hasattr(embeddings, "rope_hf")  # the real package layout: the kernel is a submodule
+    assert all(v.endswith("+rehearsal") for v in rehearsal.standin_versions().values())
+    assert "torch_neuronx" not in sys.modules
+    assert not hasattr(embeddings, "rope_hf")
 
 
 def test_the_trn2_hypothesis_profile_is_loaded(tier):

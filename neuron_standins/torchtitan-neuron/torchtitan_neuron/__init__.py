@@ -9,4 +9,4 @@ one, uses SDPA and a gather-free rotary embedding. The stand-in classes compute 
 upstream's do (they subclass them); only their names show they were swapped.
 """
 
-__version__ = "0.2.2+neuron.1-rehearsal"
+__version__ = "0.2.2+rehearsal"

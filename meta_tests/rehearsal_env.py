@@ -1,0 +1,31 @@
+"""Where the meta tests find the rehearsal environment (``bash scripts/setup-venv.sh rehearsal``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = REPO / ".venv-rehearsal"
+PYTHON = VENV / "bin" / "python"
+NEURON_LS = VENV / "bin" / "neuron-ls"
+
+
+def require() -> Path:
+    """The rehearsal environment's python; a missing environment fails the test (never a skip)."""
+    if not PYTHON.exists():
+        pytest.fail(f"the rehearsal environment {VENV} does not exist: build it with "
+                    "`bash scripts/setup-venv.sh rehearsal` (scripts/selftest.sh does)", pytrace=False)
+    return PYTHON
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment a process outside this session would have (device-backend autoload as
+    the user set it, none of the session's own markers), plus ``extra``."""
+    from fixtures.device_isolation import launch_environment
+
+    drop = ("CONFORMANCE_SESSION_ID", "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")
+    env = launch_environment({k: v for k, v in os.environ.items() if k not in drop})
+    return {**env, **extra}

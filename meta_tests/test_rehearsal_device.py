@@ -1,0 +1,148 @@
+"""The rehearsal's ``neuron`` device and its NeuronCore limits, each broken on purpose.
+
+Every check runs in a subprocess of the rehearsal environment (``meta_tests.rehearsal_env``),
+where the stand-in torch-neuronx is installed; this session's own process never loads it.
+The limits and their sources are the stand-in's (``neuron_standins/torch-neuronx``): no
+float64 (NeuronCore-v3 has no FP64 engine), a memory cap per logical core, cores reserved by
+the first process that uses them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from meta_tests import rehearsal_env
+
+pytestmark = pytest.mark.meta
+
+
+def _run(code: str, tmp: Path, **env: str) -> subprocess.CompletedProcess:
+    full_env = rehearsal_env.clean_env(NEURON_REHEARSAL_LOCK_DIR=str(tmp / "locks"), **env)
+    full_env.pop("NEURON_RT_VISIBLE_CORES", None)
+    full_env.update(env)
+    return subprocess.run([str(rehearsal_env.require()), "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=full_env, timeout=300, cwd=str(tmp))
+
+
+def test_import_torch_alone_gives_the_neuron_device_and_autoload_off_does_not(tmp_path):
+    """torch's device-backend entry point loads the stand-in on ``import torch``, as TorchNeuron
+    autoloads; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that off."""
+    code = """
+    import torch
+    print(torch._C._get_privateuse1_backend_name(), hasattr(torch, "neuron"))
+    """
+    on = _run(code, tmp_path)
+    assert on.returncode == 0 and on.stdout.split() == ["neuron", "True"], on.stdout + on.stderr
+    off = _run(code, tmp_path, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert off.returncode == 0 and off.stdout.split() == ["privateuseone", "False"], off.stdout + off.stderr
+
+
+def test_tensors_train_on_the_neuron_device(tmp_path):
+    """Model, gradients, optimizer state and data on ``neuron``: three AdamW steps equal the
+    same steps on CPU bit for bit (the device computes with the CPU kernels, in host memory)."""
+    code = """
+    import json, torch
+    def train(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        x, y = torch.randn(32, 8).to(device), torch.randint(0, 4, (32,)).to(device)
+        losses = []
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward(); opt.step(); opt.zero_grad()
+            losses.append(loss.item())
+        state = opt.state[next(iter(model.parameters()))]["exp_avg"]
+        return losses, [p.device.type for p in model.parameters()], state.device.type
+    cpu, neuron = train("cpu"), train("neuron")
+    print(json.dumps({"cpu": cpu[0], "neuron": neuron[0], "devices": sorted(set(neuron[1])), "state": neuron[2]}))
+    """
+    proc = _run(code, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout.splitlines()[-1])
+    assert res["neuron"] == res["cpu"] and res["devices"] == ["neuron"] and res["state"] == "neuron", res
+
+
+def test_float64_on_the_device_is_refused_naming_the_limit(tmp_path):
+    code = """
+    import torch
+    x = torch.ones(4, device="neuron")
+    assert x.cpu().double().sum().item() == 4.0  # float64 on the host is fine
+    x.double()
+    """
+    proc = _run(code, tmp_path)
+    assert proc.returncode != 0
+    assert "float64 tensors are not supported on the neuron device" in proc.stderr, proc.stderr
+    assert "the dress rehearsal's limit, standing for the hardware's" in proc.stderr
+    assert "no FP64" in proc.stderr and "neuron-core-v3.rst" in proc.stderr
+
+
+def test_an_allocation_past_the_cap_is_an_out_of_memory_naming_the_core(tmp_path):
+    code = """
+    import torch
+    keep = torch.empty(3 << 20, dtype=torch.uint8, device="neuron")  # 3 MiB of a 4 MiB cap
+    torch.empty(2 << 20, dtype=torch.uint8, device="neuron")
+    """
+    proc = _run(code, tmp_path, NEURON_REHEARSAL_CORE_MEMORY_BYTES=str(4 << 20), NEURON_RT_VISIBLE_CORES="3")
+    assert proc.returncode != 0
+    assert "OutOfMemoryError" in proc.stderr and "out of memory on logical NeuronCore 3" in proc.stderr, proc.stderr
+    assert "the cap is 4194304 bytes" in proc.stderr
+
+
+def test_a_second_process_on_a_held_core_fails_with_the_runtimes_message(tmp_path):
+    """The first device use reserves the process's visible cores until it exits; a second
+    process asking for one of them fails as the runtime does, and the stand-in neuron-ls
+    shows which pid holds the device."""
+    holder = subprocess.Popen(
+        [str(rehearsal_env.require()), "-c", textwrap.dedent("""
+        import sys, time, torch
+        torch.ones(1, device="neuron")
+        print("holding", flush=True)
+        time.sleep(120)
+        """)], stdout=subprocess.PIPE, text=True, cwd=str(tmp_path),
+        env=rehearsal_env.clean_env(NEURON_REHEARSAL_LOCK_DIR=str(tmp_path / "locks"), NEURON_RT_VISIBLE_CORES="1"))
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        second = _run("import torch; torch.ones(1, device='neuron')", tmp_path, NEURON_RT_VISIBLE_CORES="0-1")
+        assert second.returncode != 0
+        assert "NRT:nrt_allocate_neuron_cores" in second.stderr and "not available" in second.stderr, second.stderr
+        assert f"held by pid {holder.pid}" in second.stderr
+        other = _run("import torch; torch.ones(1, device='neuron'); print('ok')", tmp_path, NEURON_RT_VISIBLE_CORES="2")
+        assert other.returncode == 0 and other.stdout.strip() == "ok", other.stderr
+        listing = subprocess.run([str(rehearsal_env.NEURON_LS), "-j"], capture_output=True, text=True, timeout=60,
+                                 env=rehearsal_env.clean_env(NEURON_REHEARSAL_LOCK_DIR=str(tmp_path / "locks")))
+        procs = json.loads(listing.stdout)[0]["neuron_processes"]
+        assert [p["pid"] for p in procs] == [holder.pid], listing.stdout
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.2)
+    again = _run("import torch; torch.ones(1, device='neuron'); print('ok')", tmp_path, NEURON_RT_VISIBLE_CORES="1")
+    assert again.returncode == 0, "a core is free again once its holder exited: " + again.stderr
+
+
+def test_the_standins_are_in_no_other_environment():
+    """The cpu venvs (and this session's interpreter) have no stand-in distribution, and
+    ``import torch`` there gives no ``neuron`` device."""
+    from fixtures import rehearsal
+
+    repo = Path(__file__).resolve().parent.parent
+    pythons = [Path(sys.executable)] + [p for p in (repo / ".venv" / "bin" / "python",
+                                                    repo / ".venv-titan-5059f32" / "bin" / "python") if p.exists()]
+    code = ("import json, torch; from importlib import metadata\n"
+            "def v(d):\n    try: return metadata.version(d)\n    except metadata.PackageNotFoundError: return None\n"
+            f"print(json.dumps({{'dists': [v(d) for d in {list(rehearsal.STANDIN_DISTRIBUTIONS)!r}], "
+            "'backend': torch._C._get_privateuse1_backend_name()}))")
+    for python in pythons:
+        proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120,
+                              env=rehearsal_env.clean_env())
+        assert proc.returncode == 0, proc.stderr
+        res = json.loads(proc.stdout.splitlines()[-1])
+        assert res == {"dists": [None] * 4, "backend": "privateuseone"}, (python, res)

@@ -1,0 +1,1 @@
+"""REHEARSAL STAND-IN of aws-neuronx-tools: neuron-ls."""
