@@ -19,9 +19,6 @@ from reports import inventory
 
 pytestmark = pytest.mark.versions
 
-NOT_DISTRIBUTIONS = ("the rehearsal's Neuron stand-ins are modules on PYTHONPATH, not installed "
-                     "distributions: there is no Neuron version to check")
-
 
 def test_pip_check_is_clean(tier):
     """``pip check``: every installed distribution's requirements are satisfied, except the
@@ -32,7 +29,6 @@ def test_pip_check_is_clean(tier):
                  detail=output)
 
 
-@pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
 def test_tier_packages_installed(tier):
     """Every package the tier's stack needs (the tier profile's list) is installed with an
     exact version. The Neuron fork of torchtitan is installed from its repository and
@@ -42,11 +38,11 @@ def test_tier_packages_installed(tier):
     expect_equal(f"the {tier.name} stack is complete", [], missing)
 
 
-@pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
 def test_torch_is_the_required_build(tier):
     """The installed torch is the one the stack needs: the tier's pin, or where the tier
     pins none (trn2) the version torch-neuronx itself requires (a PyPI torch that replaced
-    the Neuron build is caught, with the ``--no-deps`` remedy)."""
+    the Neuron build is caught, with the ``--no-deps`` remedy). A torch-neuronx that declares
+    no torch requirement fails it: then nothing says which torch is right."""
     problem = inventory.torch_mismatch(tier.torch_pin)
     expect(problem is None, "torch is the build the stack requires", "no mismatch", problem)
 
@@ -72,7 +68,6 @@ def test_active_nkilib_is_the_compilers():
            detail=str(found))
 
 
-@pytest.mark.not_rehearsed(NOT_DISTRIBUTIONS)
 def test_inventory_records_exact_versions(tier):
     """The inventory names every tracked package with its exact version (or not installed),
     Python, torch's build, and where torchtitan came from (a release, or a repository

@@ -56,6 +56,14 @@ def test_pypi_torch_replacing_neuron_build_is_caught(site):
     assert "pip install --no-deps" in problem
 
 
+def test_a_torch_neuronx_without_a_torch_requirement_cannot_pass_the_torch_check(site):
+    """Where the tier pins no torch (trn2), torch-neuronx's own requirement is the only
+    yardstick: without one, the check fails instead of passing on nothing."""
+    _fake_dist(site, "torch-neuronx", "2.14.3.0", "torch_neuronx", requires=("numpy",))
+    problem = inventory.torch_mismatch(None)
+    assert problem is not None and "declares no unconditional torch requirement" in problem
+
+
 def test_not_installed_is_not_a_placeholder():
     assert inventory.placeholder_problem("torchtitan-neuron", "torchtitan_neuron") is None
 

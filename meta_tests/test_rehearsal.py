@@ -71,7 +71,19 @@ def test_a_rehearsal_says_so_everywhere_and_is_not_evidence(tmp_path):
     assert "NEURON DRESS REHEARSAL" in (tmp_path / "report" / "summary.md").read_text()
     bundle = next((tmp_path / "report" / "repro").iterdir())
     assert "rehearsal" in (bundle / "REHEARSAL.txt").read_text()
-    assert "--neuron-dress-rehearsal" in (bundle / "rerun.sh").read_text()
+    rerun = (bundle / "rerun.sh").read_text()
+    assert "--neuron-dress-rehearsal" in rerun and "--hypothesis-profile repro-trn2" in rerun
+    assert ".venv-rehearsal/bin/python" in rerun and str(REPO) not in rerun, rerun  # no machine path
+    # the Neuron debug material, produced by the stand-ins as the real layer would
+    neuron = bundle / "neuron"
+    assert "instance-type: trn2.3xlarge" in (neuron / "neuron-ls.start.txt").read_text()
+    assert "instance-type: trn2.3xlarge" in (neuron / "neuron-ls.at-failure.txt").read_text()
+    assert "NEURON_LOGICAL_NC_CONFIG=2" in (neuron / "environment.txt").read_text()
+    assert "NEURON_COMPILE_CACHE_URL=" in (neuron / "environment.txt").read_text()
+    for name in ("runtime-lines.txt", "compile-cache.txt", "core-dumps.txt"):
+        assert (neuron / name).exists(), name
+    junit = (tmp_path / "report" / "junit.xml").read_text()
+    assert 'name="rehearsal" value="true"' in junit and "NEURON DRESS REHEARSAL" in junit
     # The gate and the baseline promotion refuse it as evidence.
     from reports import gate
     from reports.pins import NotTrusted, trusted

@@ -146,3 +146,32 @@ def test_the_standins_are_in_no_other_environment():
         assert proc.returncode == 0, proc.stderr
         res = json.loads(proc.stdout.splitlines()[-1])
         assert res == {"dists": [None] * 4, "backend": "privateuseone"}, (python, res)
+
+
+def test_the_neuron_compile_backend_keeps_a_cache_and_a_killed_compile_does_not_poison_it(tmp_path):
+    """torch.compile(backend="neuron") in the documented cache layout with the documented
+    lines: a first compile misses, the same graph then hits; a compile left marked failed
+    (as a killed one is) is skipped and fails, unless --retry_failed_compilation is in
+    NEURON_CC_FLAGS, which every trn2 rank gets (fixtures.tier_profile.compile_cache_env)."""
+    code = """
+    import glob, os, sys, torch
+    f = torch.compile(lambda x: (x * 3 + 1).sum(), backend="neuron")
+    print(f(torch.ones(4, device="neuron")).item())
+    if len(sys.argv) > 1:  # leave the graph's entry as a killed compile leaves it
+        neff = glob.glob(os.path.join(os.environ["NEURON_COMPILE_CACHE_URL"], "*", "*", "model.neff"))[0]
+        os.replace(neff, neff + ".failed")
+    """
+    cache = str(tmp_path / "neff-cache")
+    first = _run(code, tmp_path, NEURON_COMPILE_CACHE_URL=cache)
+    second = _run(code, tmp_path, NEURON_COMPILE_CACHE_URL=cache)
+    assert first.returncode == 0 and "||NCC_WRAPPER||: Compile cache path:" in first.stderr, first.stderr
+    assert second.returncode == 0 and "||NCC_WRAPPER||: Using a cached neff at" in second.stderr, second.stderr
+    proc = subprocess.run([str(rehearsal_env.require()), "-c", textwrap.dedent(code), "kill"], capture_output=True,
+                          text=True, timeout=300, cwd=str(tmp_path),
+                          env=rehearsal_env.clean_env(NEURON_COMPILE_CACHE_URL=cache,
+                                                      NEURON_REHEARSAL_LOCK_DIR=str(tmp_path / "locks")))
+    assert proc.returncode == 0, proc.stderr
+    poisoned = _run(code, tmp_path, NEURON_COMPILE_CACHE_URL=cache, NEURON_CC_FLAGS="")
+    assert poisoned.returncode != 0 and "Got a cached failed neff" in poisoned.stderr, poisoned.stderr
+    retried = _run(code, tmp_path, NEURON_COMPILE_CACHE_URL=cache, NEURON_CC_FLAGS="--retry_failed_compilation")
+    assert retried.returncode == 0 and "Compile cache path:" in retried.stderr, retried.stderr

@@ -34,8 +34,9 @@ def _functions_of(module: str) -> set[str]:
 def _profiles(tmp_path: Path) -> list[tier_profile.TierProfile]:
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "qwen3", "vocab_size": 151936,
-                                                   "num_hidden_layers": 36}))
+    (model / "config.json").write_text(json.dumps({  # Qwen3-4B's shape
+        "model_type": "qwen3", "vocab_size": 151936, "num_hidden_layers": 36, "hidden_size": 2560,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728}))
     return [tier_profile.cpu_profile(), tier_profile.trn2_profile("trn2.48xlarge", 2, model)]
 
 

@@ -107,6 +107,11 @@ def render(report: dict, gate_result=None) -> str:
         lines += ["## Skipped (not passing)", ""]
         lines += [f"- `{c['nodeid']}`: {(c.get('message') or '').strip()[:200]}" for c in skipped]
         lines.append("")
+    not_launched = report.get("not_launched") or []
+    if not_launched:
+        lines += ["## Not launched (--session-budget-s spent)", ""]
+        lines += [f"- `{n['run']}` on {n['tier']}" for n in not_launched]
+        lines.append("")
     not_covered = report.get("not_covered") or []
     if not_covered:
         lines += ["## Not covered on this tier", ""]
@@ -125,10 +130,18 @@ def render(report: dict, gate_result=None) -> str:
                 f"{steps[-1]['loss']:.5f}" if steps else "-",
                 f"{r['launch']['wall_s']:.1f}",
                 "ok" if r["ok"] else ("timed out" if r["launch"]["timed_out"] else f"exit {r['launch']['returncode']}"),
+                _compile_cache_cell(r.get("compile_cache")),
                 f"[plot](runs/{r['key']}.png)" if steps else "",
             ])
-        lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "curve"], rows)
+        lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "compile cache", "curve"], rows)
         lines.append("")
     if gate_result is not None:
         lines += ["## Against the baseline", "", "```", gate_result.text(), "```", ""]
     return "\n".join(lines)
+
+
+def _compile_cache_cell(events: dict | None) -> str:
+    """Graphs the run compiled / found in the compile cache / skipped as cached failures."""
+    if not events:
+        return "-"
+    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in events.items() if n)

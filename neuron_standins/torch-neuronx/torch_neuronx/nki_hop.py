@@ -28,8 +28,9 @@
   describes 2.11's ``nki_op(name, fn=None, mutates_args={})`` as registering the op body
   ``fn`` itself as the Fake kernel too (done here as well). The default of ``mutates_args``
   comes from that shim; whether the real one requires it is not documented.
-  Differences: the real op is registered for the ``neuron`` device; the rehearsal's tensors
-  are CPU tensors, so this one registers for every device type.
+  Differences: the real op is registered for the ``neuron`` device; this one registers for
+  every device type (the same op runs on ``neuron`` tensors in a rank and on CPU ones in the
+  stand-in's own tests).
 
 Not reproduced: the HigherOrderOperator itself (``nki_kernel_wrapper``), its fake-tensor
 shape inference, input/output aliasing analysis, compilation; ``wrap_nki`` accepts only the

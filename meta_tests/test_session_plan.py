@@ -1,0 +1,78 @@
+"""The session plan: launches, graphs, disk and time before the first launch; the disk
+preflight and the session budget."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import namedtuple
+
+import pytest
+
+from fixtures.runs import session_plan
+from fixtures.runs.cache import RunCache, SessionBudgetSpent
+from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, Catalogue,
+                                     Entry, resumed, uninterrupted)
+from fixtures.tier_profile import cpu_profile, trn2_profile
+
+pytestmark = pytest.mark.meta
+
+QWEN3_4B = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
+            "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "max_position_embeddings": 262144, "rope_theta": 5000000, "rms_norm_eps": 1e-06,
+            "tie_word_embeddings": True}
+
+
+def _trn2(tmp_path):
+    folder = tmp_path / "Qwen3-4B-Instruct-2507"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(QWEN3_4B))
+    return trn2_profile("trn2.48xlarge", 2, folder)
+
+
+def test_qwen3_4b_parameters_and_what_a_launch_writes(tmp_path):
+    """Qwen3-4B counts 4.02 B parameters (the published size). On trn2 the optimizer dumps hold
+    the first block only (0.1 B parameters): the AdamW run's ``ADAMW_STEPS`` recorded steps
+    write three float32 copies of it each (4.8 GB, and the logs; every parameter would be 48 GB a
+    step); a launch recording nothing and saving no checkpoint writes only its logs; the
+    uninterrupted resume run writes one full checkpoint (weights and two moments, 48 GB) and
+    its last-step model (16 GB), the resumed run only its last-step model (its seed is linked)."""
+    params = session_plan.dense_parameters(QWEN3_4B)
+    assert 4.0e9 < params < 4.05e9, params
+    block = session_plan.dense_layer_parameters(QWEN3_4B)
+    assert 0.10e9 < block < 0.102e9, block
+    tier = _trn2(tmp_path)
+    dumps = session_plan.launch_disk_bytes(DENSE_NATIVE_OPTIMIZER_TENSORS, tier, 64)
+    plain = session_plan.launch_disk_bytes(DENSE_NATIVE, tier, 64)
+    assert 5.0e9 < dumps < 5.2e9 and plain < 1e9, (dumps, plain)  # 4.84 GB and 64 ranks of logs
+    whole = session_plan.launch_disk_bytes(uninterrupted(tier), tier, 64)
+    again = session_plan.launch_disk_bytes(resumed(tier), tier, 64)
+    assert 64e9 < whole < 65e9 and 16e9 < again < 17e9, (whole, again)
+
+
+def test_the_plan_serves_specs_that_differ_only_in_records_with_one_launch(tmp_path):
+    plan = session_plan.plan(CATALOGUE, _trn2(tmp_path))
+    served = [p for p in plan.launches if "dense_native" in p.names]
+    assert len(served) == 1 and served[0].names == ("dense_native", "dense_native_optimizer_tensors")
+    assert served[0].spec.record_optimizer_steps == ADAMW_STEPS
+    assert plan.graphs < len(plan.launches)  # steps, checkpoints and records compile nothing new
+    assert "launches" in plan.text() and "GB of disk" in plan.text()
+
+
+def test_the_disk_preflight_refuses_with_the_figures(tmp_path, monkeypatch):
+    plan = session_plan.plan(CATALOGUE, _trn2(tmp_path))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10**9))
+    with pytest.raises(session_plan.NotEnoughDisk, match=r"which has 1 GB free"):
+        session_plan.check_disk(plan, tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**13, 0, 10**13))
+    session_plan.check_disk(plan, tmp_path)
+
+
+def test_a_spent_budget_launches_nothing_and_says_what_was_not_run(tmp_path):
+    cache = RunCache(tmp_path / "runs", cpu_profile(), hf_assets=tmp_path, dataset=tmp_path, asset_key="x",
+                     runs=Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE)]))
+    cache.budget_s, cache.launched_s = 100.0, 120.0
+    with pytest.raises(SessionBudgetSpent, match="not launched: dense_native steps=10"):
+        cache.require_budget_and_disk(DENSE_NATIVE)
+    assert cache.not_launched == ["dense_native steps=10"]
