@@ -12,6 +12,7 @@ from fixtures import stack_preflight
 from fixtures.tier_profile import cpu_profile
 from fixtures.runs.cache import RunCache
 from fixtures.runs.catalogue import Catalogue, Entry
+from fixtures.repo import REPO_ROOT as REPO
 from fixtures.runs.spec import RunSpec
 
 pytestmark = pytest.mark.meta
@@ -30,7 +31,7 @@ def test_preflight_names_the_missing_module(broken_module):
     assert not found.ok
     assert f"`import {broken_module}`" in found.message
     assert "No module named 'no_such_module_for_preflight'" in found.message
-    assert "no run was launched" in found.message
+    assert "no run that imports it was launched" in found.message
 
 
 def test_preflight_passes_on_this_stack():
@@ -85,6 +86,30 @@ def test_a_module_only_some_runs_import_fails_those_runs_alone(tmp_path, broken_
     assert broken_module not in cache.rank_imports(native)
     with pytest.raises(stack_preflight.StackPreflightFailed, match="needed by: hf_backend steps=1"):
         cache.require_stack_preflight(backend)
-    cache.require_stack_preflight(native)  # imports the entry point and the native module only
-    found = {tuple(r["runs"]): r["ok"] for r in cache.preflight_results}
+    cache.require_stack_preflight(native)  # its modules import and its config builds
+    found = {tuple(r["runs"]): r["ok"] for r in cache.preflight_results if r["runs"]}
     assert found == {("hf_backend steps=1",): False, ("dense_native steps=1",): True}, found
+
+
+def test_a_config_that_does_not_build_is_a_harness_gap_named_once(tmp_path):
+    """A suite config function that raises in the suite's own code (here: a field the
+    installed torchtitan does not have) stops the runs of that config with one message that
+    calls it a harness gap and names the suite's line; the write-up's own config is reported
+    line by line as stack facts."""
+    module = tmp_path / "conformance_preflight_config.py"
+    module.write_text("from torchtitan.models.common.rope import CosSinRoPE\n"
+                      "def dense_native():\n"
+                      "    return CosSinRoPE.Config(dim=16, no_such_field=1)\n")
+    tier = dataclasses.replace(cpu_profile(), titan_module="conformance_preflight_config")
+    spec = RunSpec(config="dense_native", steps=1)
+    cache = RunCache(tmp_path / "runs", tier, hf_assets=tmp_path, dataset=tmp_path, asset_key="x",
+                     runs=Catalogue([Entry("one", lambda t: spec)]),
+                     rank_env={"PYTHONPATH": f"{tmp_path}:{REPO}"})
+    with pytest.raises(stack_preflight.StackPreflightFailed) as err:
+        cache.require_stack_preflight(spec)
+    message = str(err.value)
+    assert "dense_native() of conformance_preflight_config does not build" in message
+    assert "HARNESS GAP" in message and "no_such_field" in message
+    facts = [r for r in cache.preflight_results if r.get("kind") == "stack fact"]
+    assert len(facts) == 1 and 'model_registry("4B", attn_backend="sdpa")' in facts[0]["message"]
+    assert "STACK FACT" in facts[0]["message"]

@@ -7,6 +7,9 @@
 #   titan-0.3.0    .venv                 torch 2.14.1, transformers 5.23.0, torchtitan 0.3.0 (PyPI)
 #   titan-5059f32  .venv-titan-5059f32   the same with torchtitan built from upstream main at
 #                                        5059f32c5 (2026-07-20), the API vintage of the Neuron fork
+#   titan-b5bcd76  .venv-titan-b5bcd76   the same with torchtitan upstream main at b5bcd76c6 (2026-08-21), a
+#                                        month past the fork's vintage (Grain dataloader, token-count
+#                                        batches, folded q/k): the snapshot the fork moves to next
 #   rehearsal      .venv-rehearsal       the Neuron dress rehearsal's environment: .venv cloned with
 #                                        hard links, plus the stand-ins of neuron_standins/ installed
 #                                        as distributions (torch-neuronx, neuronx-cc, torchtitan-neuron,
@@ -26,22 +29,27 @@ STACK=${1:-titan-0.3.0}
 PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed, found " + sys.version.split()[0])'
 
-TITAN_GIT="torchtitan @ git+https://github.com/pytorch/torchtitan@5059f32c5"
+case "$STACK" in
+  titan-b5bcd76) TITAN_COMMIT=b5bcd76c6 ;;
+  *)             TITAN_COMMIT=5059f32c5 ;;
+esac
+TITAN_GIT="torchtitan @ git+https://github.com/pytorch/torchtitan@$TITAN_COMMIT"
 NKILIB_GIT="nki-library @ git+https://github.com/aws-neuron/nki-library@d2ad3a5"
 case "$STACK" in
   titan-0.3.0)   venv=.venv;               constraints=requirements/cpu-constraints.txt ;;
   titan-5059f32) venv=.venv-titan-5059f32; constraints=requirements/cpu-titan-5059f32-constraints.txt ;;
+  titan-b5bcd76) venv=.venv-titan-b5bcd76; constraints=requirements/cpu-titan-b5bcd76-constraints.txt ;;
   rehearsal)     exec 1>&3 3>&-; exec bash scripts/setup-rehearsal-venv.sh ;;
-  *) echo "setup-venv: unknown stack '$STACK' (titan-0.3.0, titan-5059f32 or rehearsal)" >&2; exit 2 ;;
+  *) echo "setup-venv: unknown stack '$STACK' (titan-0.3.0, titan-5059f32, titan-b5bcd76 or rehearsal)" >&2; exit 2 ;;
 esac
 
 wheelhouse=${CONFORMANCE_WHEELHOUSE:-}
 if [ -z "$wheelhouse" ] && [ -d ../shared/wheels ]; then wheelhouse=../shared/wheels; fi
 if [ -n "$wheelhouse" ]; then
-  titan_src=$(ls "$wheelhouse"/torchtitan-0.2.2+git5059f32-*.whl 2>/dev/null | head -1 || true)
+  titan_src=$(ls "$wheelhouse"/torchtitan-0.2.2+git${TITAN_COMMIT:0:7}-*.whl 2>/dev/null | head -1 || true)
   nkilib_src=$(ls "$wheelhouse"/nki_library-*+gd4920de-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$titan_src" ] || [ -z "$nkilib_src" ]; then
-    echo "setup-venv: wheelhouse $wheelhouse lacks torchtitan-0.2.2+git5059f32 or nki_library-*+gd4920de" >&2
+    echo "setup-venv: wheelhouse $wheelhouse lacks torchtitan-0.2.2+git${TITAN_COMMIT:0:7} or nki_library-*+gd4920de" >&2
     exit 2
   fi
   if [ -f "$wheelhouse/SHA256SUMS" ]; then
@@ -69,7 +77,8 @@ pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 case "$STACK" in
   titan-0.3.0)   "${pip[@]}" -c "$constraints" -e ".[cpu]" ;;
   # torchtitan's own dependencies resolve under the constraints (spmd_types 0.2.1 there).
-  titan-5059f32) "${pip[@]}" -c "$constraints" -e . torch==2.14.1 transformers==5.23.0 triton==3.8.0 "$titan_src" ;;
+  titan-5059f32|titan-b5bcd76)
+                 "${pip[@]}" -c "$constraints" -e . torch==2.14.1 transformers==5.23.0 triton==3.8.0 "$titan_src" ;;
 esac
 # nki-library declares neuronx-cc, neuronx-cc-stubs and nki, which exist only on AWS's
 # index (their PyPI names are placeholders); its torch reference needs torch alone.
