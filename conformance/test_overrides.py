@@ -88,7 +88,7 @@ class Registered:
     name: str  # what torchtitan calls it in its log lines and errors
 
 
-def register(fqns, target=None, factory=None) -> Registered:
+def register(fqns, target=None, factory=None, exact: bool = False) -> Registered:
     """Register an override in a fresh module, with the installed override API
     (``fixtures.rank.titan.api``): named ``<module>.ov`` on both APIs."""
     from torchtitan.config import derive
@@ -106,7 +106,7 @@ def register(fqns, target=None, factory=None) -> Registered:
     fn.__module__, fn.__name__, fn.__qualname__ = module_name, "ov", "ov"
     api = detect()
     name = api.logged_name(module_name, "ov", f"{module_name}.ov")
-    api.register(name, target=target or CosSinRoPE.Config, fqns=fqns)(fn)
+    api.register(name, target=target or CosSinRoPE.Config, fqns=fqns, exact=exact)(fn)
     module.ov = fn
     sys.modules[module_name] = module
     return Registered(entry=api.entry(module_name, "ov"), name=name)
@@ -221,6 +221,52 @@ def test_selector_matches_oracle(selector, n_layers):
     apply([register([selector]).entry], config)
     expect_equal(f"selector {selector!r} on {n_layers} layers replaces what the oracle selects", expected,
                  replaced_layers(config.model_spec.model))
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "subclasses_too"])
+@given(selector=selectors(), n_layers=st.integers(1, 24), subclassed=st.sets(st.integers(0, 23)))
+def test_exact_override_claims_only_its_exact_target(exact, selector, n_layers, subclassed):
+    """A real model tree with a subclass of the target in it: the tiny trainer config with the
+    RoPE of some layers already the write-up's ``KernelRoPE.Config`` (a subclass of
+    ``CosSinRoPE.Config``, as the kernel override leaves them). An override of
+    ``CosSinRoPE.Config`` registered with ``exact=True`` replaces only the matching nodes whose
+    type is exactly ``CosSinRoPE.Config`` and leaves the subclass nodes alone; with
+    ``exact=False`` it replaces both ("``exact`` restricts the match to exactly
+    ``target_cls``", torchtitan/config/override.py). Expected: the selector oracle over the
+    RoPE FQNs, filtered by each node's type as the tree was built."""
+    from torchtitan.config import derive
+    from torchtitan.models.common.rope import CosSinRoPE, RoPE
+
+    from fixtures.rank.titan.rope_override import KernelRoPE
+
+    class MarkedRoPE(CosSinRoPE):
+        """What the override under test puts in: a class no node had before."""
+
+        @dataclass(kw_only=True, slots=True)
+        class Config(CosSinRoPE.Config):
+            pass
+
+    config = trainer_config(n_layers)
+    layers = config.model_spec.model.layers
+    for i in sorted(subclassed):
+        if i < n_layers:
+            layers[i].attention.rope = derive(layers[i].attention.rope, KernelRoPE.Config)
+    before = {fqn: type(cfg) for fqn, cfg, *_ in config.traverse(RoPE.Config)}
+    given = sorted(i for i in subclassed if i < n_layers)
+    expect_equal("the tree holds the subclass nodes it was given", len(given),
+                 sum(t is KernelRoPE.Config for t in before.values()), detail=str(before))
+    claimed = sorted(int(f.split(".layers.", 1)[1].split(".", 1)[0]) for f, t in before.items()
+                     if glob_oracle(selector, f) and (t is CosSinRoPE.Config or (not exact and issubclass(t, CosSinRoPE.Config))))
+    registered = register([selector], factory=lambda cfg: derive(cfg, MarkedRoPE.Config), exact=exact)
+    apply([registered.entry], config)
+    replaced = [i for i, layer in enumerate(config.model_spec.model.layers)
+                if isinstance(layer.attention.rope, MarkedRoPE.Config)]
+    untouched = [i for i, layer in enumerate(config.model_spec.model.layers)
+                 if i in subclassed and i not in replaced and type(layer.attention.rope) is KernelRoPE.Config]
+    expect_equal(f"exact={exact}: {selector!r} on {n_layers} layers (KernelRoPE at {given}) "
+                 "replaces what the oracle selects among the nodes of the right type", claimed, replaced)
+    if exact:
+        expect_equal("exact=True leaves every subclass node as it was", given, untouched)
 
 
 # ----------------------------------------------------------------------------- conflicts, warnings

@@ -21,7 +21,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
+from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
 from fixtures import kernel_preflight as preflight
 from fixtures import kernel_worker
 from fixtures.rank.kernels import adapter, rules
@@ -36,7 +36,9 @@ pytestmark = pytest.mark.rope
 def _titan_cache(head_dim: int, max_seq_len: int, theta: float) -> torch.Tensor:
     from torchtitan.models.common.rope import CosSinRoPE
 
-    return CosSinRoPE.Config(dim=head_dim, max_seq_len=max_seq_len, theta=theta).build().cache
+    from fixtures.rank.titan import by_feature
+
+    return by_feature.build(CosSinRoPE.Config, dim=head_dim, max_seq_len=max_seq_len, theta=theta).build().cache
 
 
 def _hf_cos_sin(head_dim: int, seq: int, theta: float):
@@ -80,7 +82,7 @@ def test_bad_seq_len_rejected_before_launch(tier, titan_runs, seq):
     starts."""
     assume(seq % (128 * tier.kernel_lnc) != 0)
     spec = RunSpec(config="dense_native", steps=1, overrides=(kernel_rope_override(),),
-                   args=("--training.seq_len", str(seq)))
+                   seq_len=seq)
     with pytest.raises(rules.RopeShapeError, match=r"128 \* LNC"):
         titan_runs.get(spec)
     expect(not (titan_runs.root / titan_runs.key(spec)).exists(),
@@ -129,6 +131,105 @@ def test_cache_layout_matches_torchtitan_and_hf(head_dim, theta, seq):
            0.0, (cache[:, :head_dim] - cos).abs().max().item())
     expect(torch.equal(cache[:, head_dim:], sin), "second half of the cache is HF's sin, bit for bit",
            0.0, (cache[:, head_dim:] - sin).abs().max().item())
+
+
+def _checkpoint_rope(folder) -> dict:
+    return _rope_of(json.loads((folder / "config.json").read_text()))
+
+
+def _rope_of(hf: dict) -> dict:
+    """The RoPE parameters an HF config states: ``rope_theta`` (top level, or in
+    ``rope_parameters`` as transformers 5 writes it), ``head_dim`` (else hidden / heads) and
+    the scaling (``rope_scaling``, or a non-default rope type in ``rope_parameters``)."""
+    params = hf.get("rope_parameters") or {}
+    theta = hf.get("rope_theta", params.get("rope_theta"))
+    scaling = hf.get("rope_scaling") or ({"rope_type": params["rope_type"]} if params.get("rope_type") else None)
+    return {"theta": float(theta), "head_dim": int(hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]),
+            "scaling": None if not scaling or scaling.get("rope_type", scaling.get("type")) == "default" else scaling}
+
+
+# cos/sin of p * f for the first positions, float32 against float64: rounding only.
+ROPE_CACHE_ATOL = 1e-6
+
+
+def _documented_cache_rows(theta: float, head_dim: int, positions) -> dict[int, torch.Tensor]:
+    """The CosSinRoPE cache rows of ``positions`` by the documented formula (CONTRACTS.md "The
+    NKI RoPE kernel": ``[max_seq_len, 2*head_dim]``, cos then sin, rotate-half, so each half
+    of ``head_dim`` repeats the frequencies ``f_i = theta ** (-2i / head_dim)``), in float64,
+    independent of torchtitan's code."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    rows = {}
+    for p in positions:
+        angles = torch.cat([p * inv_freq, p * inv_freq])
+        rows[p] = torch.cat([angles.cos(), angles.sin()])
+    return rows
+
+
+@pytest.mark.slow
+def test_model_rope_parameters_come_from_the_checkpoint(tier, titan_runs, record_property):
+    """torchtitan's side: the cos/sin cache the first layer's RoPE of every rank held at its
+    first step (recorded inside the run, after init and the load) has, at its first positions,
+    the values the documented formula gives for the checkpoint's ``config.json`` RoPE
+    parameters (its ``rope_theta`` and ``head_dim``, no scaling), within float32 rounding
+    (``ROPE_CACHE_ATOL``). The cpu tier's tiny checkpoint has a theta no library defaults to
+    (``fixtures.rank.model_shapes``), so a default winning over the configured value cannot
+    pass: the failure shows what the default's rows would be."""
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    from fixtures.runs.catalogue import LOAD_TIED_TRAIN_EXPORT
+
+    run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
+    stated = _checkpoint_rope(titan_runs.checkpoints("hf_tied"))
+    expect(stated["scaling"] is None, "the checkpoint states no RoPE scaling (the write-up's Qwen3)",
+           None, stated["scaling"])
+    default = CosSinRoPE.Config.__dataclass_fields__["theta"].default
+    expect(stated["theta"] != default, "the checkpoint's rope_theta differs from torchtitan's default "
+           "(else a default could pass)", f"!= {default}", stated["theta"])
+    worst = 0.0
+    for rank in range(run.world_size):
+        record = run.rope(rank)
+        expect(record is not None and "rows" in record, f"rank {rank} recorded its RoPE cache",
+               "a cos/sin cache", record, run)
+        expect_equal(f"rank {rank}'s RoPE cache is 2 x the checkpoint's head_dim wide",
+                     2 * stated["head_dim"], record["shape"][1], run)
+        positions = [int(p) for p in record["rows"] if int(p) < 4]
+        expected = _documented_cache_rows(stated["theta"], stated["head_dim"], positions)
+        for p in positions:
+            actual = torch.tensor(record["rows"][str(p)], dtype=torch.float64)
+            err = (actual - expected[p]).abs().max().item()
+            worst = max(worst, err)
+            if err > ROPE_CACHE_ATOL:
+                would = _documented_cache_rows(default, stated["head_dim"], [p])[p]
+                fail(f"rank {rank}'s RoPE cache at position {p} is that of the checkpoint's rope_theta "
+                     f"{stated['theta']} and head_dim {stated['head_dim']}", expected[p][:6].tolist(),
+                     actual[:6].tolist(), run,
+                     detail=f"max abs error {err:.3g}; torchtitan's default theta {default} would give "
+                            f"{would[:6].tolist()}")
+    record_property("rope_cache_max_abs_error", worst)
+
+
+def test_transformers_rope_parameters_come_from_the_checkpoint(tier, titan_runs):
+    """transformers' side: the Qwen3 rotary embedding transformers builds from the
+    checkpoint's ``config.json`` (``AutoConfig.from_pretrained``, as the transformers backend
+    and the parity contracts load it) has ``inv_freq = theta ** (-2i / head_dim)`` of that
+    file's ``rope_theta`` and ``head_dim`` (the documented rotary frequencies, computed here in
+    float64), within float32 rounding; and the file's theta is not transformers' default."""
+    from transformers import AutoConfig, Qwen3Config
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    folder = titan_runs.checkpoints("hf_tied")
+    stated = _checkpoint_rope(folder)
+    defaults = _rope_of(Qwen3Config().to_dict())["theta"]
+    expect(stated["theta"] != defaults, "the checkpoint's rope_theta differs from transformers' Qwen3 default "
+           "(else a default could pass)", f"!= {defaults}", stated["theta"])
+    rotary = Qwen3RotaryEmbedding(AutoConfig.from_pretrained(str(folder)))
+    d = stated["head_dim"]
+    expected = 1.0 / (stated["theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    actual = rotary.inv_freq.double()
+    expect_equal("transformers' inv_freq has head_dim / 2 frequencies", list(expected.shape), list(actual.shape))
+    err = ((actual - expected).abs() / expected).max().item()
+    expect(err < 1e-6, f"transformers' inv_freq is that of the checkpoint's rope_theta {stated['theta']}",
+           expected[:4].tolist(), actual[:4].tolist(), detail=f"max relative error {err:.3g}")
 
 
 @pytest.mark.parametrize("shape_kind", ["short", "wrong_width", "both_cache_and_cos_sin", "batch_mismatch"])
@@ -188,12 +289,17 @@ def test_outputs_do_not_alias_inputs(tier):
 
 
 @st.composite
-def rope_problems(draw, max_seq_blocks: int = 3):
-    batch = draw(st.integers(1, 2))
-    kv_heads = draw(st.integers(1, 4))
-    heads = kv_heads * draw(st.integers(1, 3))
-    head_dim = draw(st.sampled_from([16, 32, 64, 128]))
-    seq = 256 * draw(st.integers(1, max_seq_blocks))  # 128 * LNC for LNC 1 and 2 alike
+def rope_problems(draw, shapes=None, max_seq_blocks: int = 3):
+    """A kernel problem: any shape, or (where the tier fixes them: each new shape is a compile
+    on trn2) one of the tier's ``kernel_shapes``; the values, cache and positions random."""
+    if shapes:
+        batch, heads, kv_heads, seq, head_dim = draw(st.sampled_from(shapes))
+    else:
+        batch = draw(st.integers(1, 2))
+        kv_heads = draw(st.integers(1, 4))
+        heads = kv_heads * draw(st.integers(1, 3))
+        head_dim = draw(st.sampled_from([16, 32, 64, 128]))
+        seq = 256 * draw(st.integers(1, max_seq_blocks))  # 128 * LNC for LNC 1 and 2 alike
     max_seq = seq + draw(st.integers(0, 512))
     position_kind = draw(st.sampled_from(["prefix", "offset", "per_batch"]))
     seed = draw(st.integers(0, 2**16))
@@ -232,11 +338,12 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item()
 
 
-@given(problem=rope_problems())
-def test_float32_parity_between_providers(tier, problem):
+@given(data=st.data())
+def test_float32_parity_between_providers(tier, data):
     """float32: every pair of the tier's providers agrees within the tier's provider_atol
     (0.0: the write-up measured 0.0 for float32 inputs) on q and k, forward and backward
     (gradients w.r.t. q and k); the cache gets no gradient."""
+    problem = data.draw(rope_problems(shapes=tier.kernel_shapes), label="problem")
     q, k, cache, grads = _make(problem)
     atol = tier.numerics.provider_atol
     results = {}
@@ -252,10 +359,11 @@ def test_float32_parity_between_providers(tier, problem):
                    detail=f"problem: {json.dumps(problem)}")
 
 
-@given(problem=rope_problems(max_seq_blocks=2))
-def test_kernel_matches_the_model_module(tier, problem):
+@given(data=st.data())
+def test_kernel_matches_the_model_module(tier, data):
     """The kernel through the wrapper equals torchtitan's ``CosSinRoPE`` module as the model
     calls it (``rope(q, k, positions)``, autograd backward), bit for bit in float32."""
+    problem = data.draw(rope_problems(shapes=tier.kernel_shapes, max_seq_blocks=2), label="problem")
     from torchtitan.models.common.rope import CosSinRoPE
 
     problem = {**problem, "position_kind": "per_batch"}

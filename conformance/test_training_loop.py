@@ -1,27 +1,30 @@
 """Training-loop contracts: the learning rate each step used, the clipping of the gradients
-the optimizer was handed, the AdamW step itself, and tensor parallel against no tensor
-parallel.
+the optimizer was handed, the AdamW steps themselves, gradient accumulation against none,
+and tensor parallel (and fewer ranks) against no tensor parallel.
 
 Each expected value comes from outside the run's own bookkeeping: the schedule is computed
 from the run's configuration with the suite's arithmetic (``fixtures.lr_schedule``, written
 from torchtitan's documented schedule); the clipping rule is torch's documented
 ``clip_grad_norm_`` (scale by ``max_norm / (norm + 1e-6)`` when that is below 1) applied to
-the configured ``max_norm``; the AdamW step is torch's own single-tensor ``AdamW`` on a plain
-copy of what the optimizer was handed, with the configured hyper-parameters; the TP=2 run is
-held to the TP=1 run of the same global batch. What the run did is observed from inside it
+the configured ``max_norm``; the AdamW steps are torch's own single-tensor ``AdamW`` on a plain
+copy of the starting weights fed the recorded gradients, with the configured param groups;
+the accumulated run is held to a run reading the same global batch in one microbatch; the
+TP=2 run is held to the TP=1 run of the same global batch. What the run did is observed from inside it
 by global optimizer hooks and the final-state probe (``fixtures.rank.titan.probes``).
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
 from fixtures import lr_schedule, training_settings
-from fixtures.contract import expect, expect_close_series, fail, require_trained
-from fixtures.runs.catalogue import (DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, SCHEDULE_AND_CLIP,
-                                      clipping_run, rank_scaling, tensor_parallel,
+from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
+from fixtures.runs.catalogue import (DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, MICROBATCHES,
+                                      SCHEDULE_AND_CLIP, accumulation, clipping_run, rank_scaling,
+                                      tensor_parallel,
                                       tensor_parallel_reference, two_nodes)
 
 pytestmark = [pytest.mark.training_loop, pytest.mark.slow]
@@ -88,50 +91,170 @@ def test_optimizer_gets_the_clipped_gradients(tier, titan_runs, record_property,
                         record_property, detail=f"pre-clip norms (torchtitan's): {pre}")
 
 
-def test_first_adamw_step_is_torchs_adamw(tier, titan_runs, record_property):
-    """Step 1 from the weights and gradients the optimizer was handed, with the configured
-    AdamW hyper-parameters and the schedule's step-1 rate, equals torch's single-tensor
-    ``AdamW`` on a plain float32 copy, on every rank's shards (AdamW is elementwise), within
-    the tier's ``optimizer_ulps`` units in the last place of each weight (before or after
-    the step, the larger). At step 1 Adam's
-    update is ``lr * g / (|g| + eps)`` whatever the betas, so this sees a wrong rate, eps or
-    weight decay reaching the optimizer (a weight decay of 0.01 for 0.1 moves the write-up's
-    weights by tens of ulps) and a changed fused kernel."""
+def _group_of(name: str, groups: list[dict]) -> dict:
+    """The configured param group of parameter ``name``: "Patterns are checked in order; first
+    match wins" (torchtitan's ParamGroupConfig docstring), a regex searched in the name."""
+    for group in groups:
+        if re.search(group["pattern"], name):
+            return group
+    raise LookupError(f"no configured param group pattern matches parameter {name!r}")
+
+
+def _adamw_reference(run, rank: int, steps: int, groups: list[dict], schedule, **changed):
+    """(index -> [the reference's weights after each step]) for rank ``rank``: torch's
+    single-tensor AdamW on plain float32 copies of the weights the run started from, fed the
+    gradients the run recorded at each step, with each parameter's configured group's
+    hyper-parameters (``changed`` overrides them, to measure what each one moves) and the
+    schedule's rate at that step."""
     import torch
 
-    run = require_trained(titan_runs.get(DENSE_NATIVE_OPTIMIZER_TENSORS))
-    config = run.resolved_config()
-    opt = training_settings.optimizer(config)
-    lr = lr_schedule.learning_rates(opt.lr, training_settings.schedule(config), 1)[0]
-    worst, worst_at, compared = 0.0, None, 0
-    for rank in range(run.world_size):
-        state = run.first_optimizer_step(rank)
-        names = sorted({k.rsplit(".", 1)[0] for k in state}, key=lambda n: int(n[5:]))
-        for name in names:
-            before = state[f"{name}.before"]
-            if f"{name}.grad" not in state or before.numel() == 0:
-                continue
-            param = torch.nn.Parameter(before.clone())
-            param.grad = state[f"{name}.grad"].clone()
-            torch.optim.AdamW([param], lr=lr, betas=opt.betas, eps=opt.eps,
-                              weight_decay=opt.weight_decay, foreach=False, fused=False).step()
-            expected = param.detach()
-            # ulp at the operands' scale: where the update cancels a small weight the result's
-            # own ulp is far finer than the arithmetic that produced it
+    names = run.optimizer_steps(rank)[0]["param_names"]
+    first = run.optimizer_tensors(rank, 1)
+    out = {}
+    for i in sorted({int(k.split(".")[0][5:]) for k in first}):
+        before = first[f"param{i}.before"]
+        if before.numel() == 0 or f"param{i}.grad" not in first:
+            continue
+        kwargs = dict(_group_of(names[i], groups)["optimizer_kwargs"])
+        base_lr = float(kwargs.pop("lr"))
+        kwargs = {"betas": tuple(kwargs.get("betas", (0.9, 0.999))), "eps": float(kwargs.get("eps", 1e-8)),
+                  "weight_decay": float(kwargs.get("weight_decay", 0.01)), **changed}
+        param = torch.nn.Parameter(before.clone())
+        optimizer = torch.optim.AdamW([param], lr=base_lr, foreach=False, fused=False, **kwargs)
+        rates = lr_schedule.learning_rates(base_lr, schedule, steps)
+        trajectory = []
+        for step in range(1, steps + 1):
+            param.grad = run.optimizer_tensors(rank, step)[f"param{i}.grad"].clone()
+            optimizer.param_groups[0]["lr"] = rates[step - 1]
+            optimizer.step()
+            trajectory.append(param.detach().clone())
+        out[i] = trajectory
+    return out
+
+
+def _worst_ulps(run, rank: int, steps: int, reference: dict) -> tuple[float, str]:
+    """The largest distance, in units in the last place of the weight (before or after the
+    step, the larger: where the update cancels a small weight the result's own ulp is far finer
+    than the arithmetic that produced it), between the run's weights after each step and the
+    reference's, and where it is."""
+    import torch
+
+    names = run.optimizer_steps(rank)[0]["param_names"]
+    worst, where = 0.0, "nowhere"
+    for step in range(1, steps + 1):
+        recorded = run.optimizer_tensors(rank, step)
+        for i, trajectory in reference.items():
+            before = trajectory[step - 2] if step > 1 else recorded[f"param{i}.before"]
+            expected, actual = trajectory[step - 1], recorded[f"param{i}.after"]
             scale = torch.maximum(before.abs(), expected.abs())
             ulp = torch.nextafter(scale, torch.tensor(float("inf"))) - scale
-            ulps = ((state[f"{name}.after"] - expected).abs() / ulp).max().item()
-            compared += 1
+            ulps = ((actual - expected).abs() / ulp).max().item()
             if ulps > worst:
-                worst, worst_at = ulps, f"rank {rank} {name} ({tuple(before.shape)})"
-    record_property("adamw_step1_max_ulps", worst)
-    expect(compared > 0, "the first step's parameters were recorded", "at least one", compared, run)
+                worst, where = ulps, f"rank {rank} step {step} {names[i]} ({tuple(expected.shape)})"
+    return worst, where
+
+
+# What a regression of each hyper-parameter plausibly gives: torch's AdamW defaults for betas
+# and weight decay; for eps, which the write-up sets to torch's default, a hundredfold one.
+IGNORED_HYPERPARAMETERS = {"betas": {"betas": (0.9, 0.999)}, "weight_decay": {"weight_decay": 0.01},
+                           "eps": {"eps": 1e-6}}
+
+
+def test_adamw_steps_are_torchs_adamw(tier, titan_runs, record_property):
+    """Steps 1 to ``ADAMW_STEPS`` of the run equal torch's single-tensor ``AdamW`` run on a
+    plain float32 copy of the weights the run started from, fed the gradients each rank
+    recorded at each step, with each parameter's configured param group (first matching
+    ``pattern``: betas, eps, weight decay) and the schedule's rate at each step, on every
+    rank's shards (AdamW is elementwise), within the tier's ``optimizer_ulps`` of every weight
+    after every step. Past step 1 Adam's update depends on betas (step 1's is about ``lr *
+    sign(g)`` whatever they are), so an optimizer ignoring the configured betas, eps or weight
+    decay moves the weights measurably: the contract computes what each would have given
+    (``IGNORED_HYPERPARAMETERS``) and requires it to be farther than the tolerance, so it could
+    see each one. Every parameter the rank holds is in the optimizer."""
+    run = require_trained(titan_runs.get(DENSE_NATIVE_OPTIMIZER_TENSORS))
+    config = run.resolved_config()
+    groups, schedule = config["optimizer"]["param_groups"], training_settings.schedule(config)
+    steps = run.spec.record_optimizer_steps
+    worst, worst_at, compared = 0.0, None, 0
+    power = {name: float("inf") for name in IGNORED_HYPERPARAMETERS}
+    for rank in range(run.world_size):
+        first = run.optimizer_steps(rank)[0]
+        expect(first.get("model_params_not_in_optimizer") == [],
+               f"rank {rank}'s optimizer holds every parameter of its model", "none left out",
+               first.get("model_params_not_in_optimizer"), run)
+        reference = _adamw_reference(run, rank, steps, groups, schedule)
+        compared += len(reference)
+        ulps, where = _worst_ulps(run, rank, steps, reference)
+        if ulps > worst:
+            worst, worst_at = ulps, where
+        if rank == 0:
+            for name, change in IGNORED_HYPERPARAMETERS.items():
+                power[name] = _worst_ulps(run, rank, steps, _adamw_reference(run, rank, steps, groups,
+                                                                            schedule, **change))[0]
+    record_property("adamw_max_ulps", worst)
+    for name, ulps in power.items():
+        record_property(f"adamw_ulps_if_{name}_were_ignored", ulps)
+    expect(compared > 0, "the optimizer steps' parameters were recorded", "at least one", compared, run)
     if worst > tier.numerics.optimizer_ulps:
-        fail("the first optimizer step equals torch's AdamW with the configured hyper-parameters",
+        fail(f"optimizer steps 1..{steps} equal torch's AdamW with the configured param groups",
              f"within {tier.numerics.optimizer_ulps} ulp of every weight", f"{worst:.3g} ulp at {worst_at}",
-             run, detail=f"expected from the config: lr {lr} (step 1 of the schedule), {opt}\n"
+             run, detail=f"expected from the config: param groups {groups}, schedule {schedule}\n"
                          f"  the param groups the optimizer stepped with (probe): "
-                         f"{run.optimizer_steps(0)[0]['groups'] if run.optimizer_steps(0) else 'not recorded'}")
+                         f"{[r['groups'] for r in run.optimizer_steps(0)[:steps]]}\n"
+                         f"  distance had each hyper-parameter been ignored: {power}")
+    blind = {name: ulps for name, ulps in power.items() if ulps <= tier.numerics.optimizer_ulps}
+    expect(not blind, f"over {steps} steps, ignoring betas, eps or weight decay moves some weight by more "
+           "than the tolerance (else this contract could not see it)",
+           f"> {tier.numerics.optimizer_ulps} ulp for each", blind, run)
+
+
+def _microbatches(run, rank: int = 0) -> dict[int, list[dict]]:
+    """Rank ``rank``'s forwards by step."""
+    by_step: dict[int, list[dict]] = {}
+    for record in run.batches(rank):
+        by_step.setdefault(record["step"], []).append(record)
+    return by_step
+
+
+def test_accumulation_trains_like_one_microbatch(tier, titan_runs, record_property):
+    """A global batch read as ``MICROBATCHES`` microbatches per rank per step (gradient
+    accumulation) trains like the same global batch read as one microbatch of twice the
+    rows: at every step each rank reads the same rows (the accumulated microbatches' rows, in
+    order, are the single microbatch's), the loss is normalised by the same global token
+    count (every rank's valid labels of every microbatch: torchtitan's
+    ``global_valid_tokens``), and the loss and grad norm agree within the tier's
+    ``accumulation_rtol``. A loss normalised per microbatch makes the gradient scale with the
+    number of microbatches, and the grad norm differ by that factor."""
+    accumulated = require_trained(titan_runs.get(accumulation(tier)))
+    single = require_trained(titan_runs.get(accumulation(tier, microbatches=1)))
+    steps = accumulated.spec.steps
+    for run, want in ((accumulated, MICROBATCHES), (single, 1)):
+        counts = {step: len(records) for step, records in _microbatches(run).items()}
+        expect_equal(f"{run.spec.describe()}: microbatches per step on rank 0",
+                     {step: want for step in range(1, steps + 1)}, counts, run)
+    for rank in range(accumulated.world_size):
+        a_rows = {s: [row for r in recs for row in r["rows"]] for s, recs in _microbatches(accumulated, rank).items()}
+        s_rows = {s: [row for r in recs for row in r["rows"]] for s, recs in _microbatches(single, rank).items()}
+        expect_equal(f"rank {rank}: the accumulated microbatches hold the single microbatch's rows, step by step",
+                     s_rows, a_rows, accumulated, detail=f"single-microbatch run: {single.run_dir}")
+    for step in range(1, steps + 1):
+        def calls(run):
+            return [c for r in range(run.world_size) for c in run.loss_calls(r) if c["step"] == step]
+
+        a_calls, s_calls = calls(accumulated), calls(single)
+        counted = sum(c["local_tokens"] for c in s_calls)
+        expect_equal(f"step {step}: the single-microbatch run normalises by every rank's valid tokens",
+                     {float(counted)}, {c["global_tokens"] for c in s_calls}, single)
+        expect_equal(f"step {step}: every accumulated microbatch's loss is normalised by the whole step's "
+                     "valid tokens, as without accumulation", {float(counted)},
+                     {c["global_tokens"] for c in a_calls}, accumulated,
+                     detail=f"valid tokens per microbatch: {[c['local_tokens'] for c in a_calls]}")
+    expect_close_series(accumulated.losses(), single.losses(), tier.numerics.accumulation_rtol,
+                        f"{MICROBATCHES} microbatches per step train like one (loss)", accumulated,
+                        record_property, detail=f"single-microbatch run: {single.run_dir}")
+    expect_close_series(accumulated.grad_norms(), single.grad_norms(), tier.numerics.accumulation_rtol,
+                        f"{MICROBATCHES} microbatches per step train like one (grad norm)", accumulated,
+                        record_property, detail=f"single-microbatch run: {single.run_dir}")
 
 
 def test_tensor_parallel_trains_like_no_tensor_parallel(tier, titan_runs, record_property):
