@@ -50,8 +50,10 @@ def test_every_outcome_change_is_categorized():
 
 def test_verdicts():
     base = _report({"a": "passed", "b": "xfailed"})
-    assert upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}), CHANGES)["verdict"] \
-        == "PASS: the candidate keeps every contract of the baseline"
+    kept = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}), CHANGES)
+    assert kept["verdict"] == "PASS: the candidate keeps every contract of the baseline, 1 known deviation(s) still holding"
+    assert [c["nodeid"] for c in kept["still_holding"]] == ["b"]
+    assert "### Known deviations still holding" in upgrade_compare.render(kept, title="t")
     fixed = upgrade_compare.compare(base, _report({"a": "passed", "b": "xpassed"}), CHANGES)
     assert fixed["passed"] and fixed["verdict"].startswith("PASS once 1 expectations line(s) are deleted")
     incomplete = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}, complete=False), CHANGES)
@@ -83,6 +85,51 @@ def test_figures_and_runs_are_compared():
     assert "| transformers | 5.23.0 | 5.24.0 | candidate |" in text
     assert "| httpx2 | not installed | 2.16.2 | transitive |" in text
     assert "6.25 -> 6.5" in text and "## Promote the candidate" in text
+
+
+HARNESS_CRASH = """    def tiny_qwen3_model(...):
+>       return fn(**mapped)
+E       TypeError: CosSinRoPE.Config.__init__() got an unexpected keyword argument 'max_seq_len'
+
+fixtures/rank/titan/tiny_qwen3.py:51: TypeError"""
+STACK_REGRESSION = """E       AssertionError: contract: the learning rate of each step is the configured schedule's
+E         expected: [1e-4]
+E         actual:   [2e-4]
+E         run: /work/main/.cache/conformance/runs/0123456789abcdef0123
+
+conformance/test_training_loop.py:48: AssertionError"""
+
+
+def test_failures_are_grouped_by_cause_and_owner():
+    """96 contracts failing in one harness crash are one group, the suite's; a contract's own
+    assertion is another group, the candidate's; each group has one representative bundle and
+    the verdict says whose each is."""
+    outcomes = {f"t{i}": "passed" for i in range(5)}
+    base = _report(outcomes)
+    cand = _report({**{f"t{i}": "failed" for i in range(4)}, "t4": "failed"})
+    for i, c in enumerate(cand["contracts"]):
+        c["message"] = HARNESS_CRASH if i < 4 else STACK_REGRESSION
+    result = upgrade_compare.compare(base, cand, CHANGES)
+    groups = result["groups"]
+    assert [len(g["contracts"]) for g in groups] == [4, 1]
+    assert groups[0]["owner"] == upgrade_compare.SUITE_GAP and groups[0]["culprit"] == "fixtures/rank/titan/tiny_qwen3.py"
+    assert groups[0]["cause"].startswith("TypeError: CosSinRoPE.Config.__init__()")
+    assert groups[1]["owner"] == upgrade_compare.CANDIDATE and "<run>" not in groups[1]["cause"]
+    assert groups[0]["repro_bundle"] == "/r/t0"
+    assert "4 in 1 cause(s) the suite's own gap" in result["verdict"] and "1 in 1 cause(s) the candidate's" in result["verdict"]
+    page = upgrade_compare.render(result, title="t")
+    assert page.count("**4 contract(s)**") == 1 and "### Newly failing (a regression" not in page
+
+
+def test_a_figure_line_never_claims_no_change_of_nothing():
+    base = _report({"a": "passed"})
+    base["contracts"][0]["measured"] = {"err": 0.5}
+    none = upgrade_compare.render(upgrade_compare.compare(base, _report({"a": "passed"}), CHANGES), title="t")
+    assert "No figure was compared" in none and "None of the" not in none
+    cand = _report({"a": "passed"})
+    cand["contracts"][0]["measured"] = {"err": 0.5}
+    same = upgrade_compare.render(upgrade_compare.compare(base, cand, CHANGES), title="t")
+    assert "None of the 1 figures both sessions measured changed." in same
 
 
 def test_bisect_attributes_each_flip_to_one_package():
@@ -131,7 +178,7 @@ def test_clone_shares_files_and_rewrites_scripts(tmp_path):
 
 
 def test_stacks_table_is_the_setup_scripts():
-    assert set(STACKS) == {"titan-0.3.0", "titan-5059f32"}
+    assert set(STACKS) == {"titan-0.3.0", "titan-5059f32", "titan-b5bcd76"}
     assert STACKS["titan-0.3.0"].venv == REPO / ".venv"
     assert all(s.constraints.exists() for s in STACKS.values())
 
@@ -146,7 +193,9 @@ def test_real_candidate_end_to_end(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads((out / "upgrade.json").read_text())
-    assert {"name": "transformers", "old": "5.23.0", "new": "5.24.0", "kind": "candidate"} in result["versions"]
+    assert {"name": "transformers", "old": "5.23.0", "new": "5.24.0", "kind": "candidate", "commit": None,
+            "date": None, "source": "index"} in result["versions"]
     assert result["contracts"] and all(c["nodeid"].startswith("conformance/test_versions.py") for c in result["contracts"])
     text = (out / "upgrade.md").read_text()
-    assert "**Verdict: " in text and "| transformers | 5.23.0 | 5.24.0 | candidate |" in text
+    assert "**Verdict: " in text and "| transformers | 5.23.0 | 5.24.0 | candidate | index |" in text
+    assert str(REPO) not in text and str(tmp_path) not in text  # no machine path on the page

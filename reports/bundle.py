@@ -76,20 +76,25 @@ def rerun_script(item: pytest.Item, trn2) -> str:
     failed (``PYTHON`` overrides it), from a checkout of the suite (the repository the bundle
     sits in, or ``CONFORMANCE_REPO``): no absolute path but the recorded interpreter and
     model folder, each behind a variable."""
-    tier_args = ""
+    tier_args, profile = "", "repro"
     if trn2 is not None and item.get_closest_marker("trn2"):
+        profile = "repro-trn2"  # bounded: every kernel call is device time (hypothesis_profiles)
         tier_args = (" -m trn2 --neuron-dress-rehearsal" if trn2.rehearsal
                      else ' -m trn2 --trn2-model-dir "${QWEN3_4B_DIR:-' + _portable(trn2.model_dir) + '}"')
+    inherited = item.config.getoption("--inherit-expectations", None)
+    if inherited:  # an upgrade candidate's session: the same known deviations on rerun
+        tier_args += f" --inherit-expectations {shlex.quote(inherited)}"
     return ("#!/usr/bin/env bash\n"
             f"# Reruns {item.nodeid} alone, as the session that failed ran it (its interpreter is\n"
             "# recorded below: PYTHON=... overrides it; CONFORMANCE_REPO=... names the checkout).\n"
             "set -euo pipefail\n"
             'cd "${CONFORMANCE_REPO:-$(git -C "$(dirname "$0")" rev-parse --show-toplevel)}"\n'
             f'exec "${{PYTHON:-{_portable(Path(sys.executable))}}}" -m pytest {shlex.quote(item.nodeid)}'
-            f"{tier_args} -p no:xdist --hypothesis-profile repro\n")
+            f"{tier_args} -p no:xdist --hypothesis-profile {profile}\n")
 
 
-def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport) -> Path:
+def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport,
+                 session_started: float = 0.0) -> Path:
     env = dict(os.environ)
 
     def write(path: Path, text: str) -> None:
@@ -113,6 +118,7 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport)
         write(target / "hypothesis.txt", hypothesis)
     write(target / "env.json", json.dumps(redact_env(env), indent=1))
     write(target / "inventory.json", json.dumps(inventory.inventory(), indent=1))
+    results = []
     for name, key in item.user_properties:
         if name != "run":
             continue
@@ -123,6 +129,7 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport)
         except OSError:
             write(out / "MISSING.txt", f"no run record at {record}\n")
             continue
+        results.append(result)
         write(out / "command.sh", result.command + "\n")
         resolved = result.dump_dir / RESOLVED_CONFIG
         if resolved.exists():
@@ -131,4 +138,8 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport)
         for rank, logs in sorted(result.launch.rank_logs.items()):
             for stream, path in logs.items():
                 write(out / f"rank{rank}.{stream}.tail.log", _tail(Path(path)))
+    if trn2 is not None and item.get_closest_marker("trn2"):
+        from reports import neuron_debug
+
+        neuron_debug.write(target, trn2, results, session_started, report_dir, write)
     return target

@@ -19,7 +19,6 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from reports.stacks import REPO, Stack
@@ -37,6 +36,22 @@ class Change:
     old: str | None  # None: not installed before
     new: str | None  # None: removed
     kind: str  # "candidate" (asked for) or "transitive" (what the resolver did for it)
+    commit: str | None = None  # a git build's commit (wheel label, direct reference, checkout)
+    date: str | None = None  # that commit's date, where a repository says it
+    source: str | None = None  # how it was given: index, wheel, direct, checkout
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    """What pip gets beside the candidates: ``--no-deps`` (only what is named, as a Neuron venv
+    needs: pip must not replace the Neuron build of torch) and index options passed through
+    (``--extra-index-url``, ``--index-url``, ``--find-links``)."""
+
+    no_deps: bool = False
+    index_options: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        return (["--no-deps"] if self.no_deps else []) + list(self.index_options)
 
 
 @dataclass
@@ -62,19 +77,37 @@ class CandidateEnv:
 def parse_pin(text: str) -> tuple[str, str]:
     """``name==version`` -> (canonical name, version); anything looser is refused: a candidate
     is an exact stack."""
+    from reports.candidates import CandidateUsageError, parse
+
     try:
-        req = Requirement(text)
-    except InvalidRequirement as exc:
-        raise CandidateError(f"candidate {text!r} is not a requirement: {exc}") from None
-    specs = list(req.specifier)
-    if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version:
+        candidate = parse(text)
+    except CandidateUsageError as exc:
+        raise CandidateError(str(exc)) from None
+    if candidate.kind != "index":
         raise CandidateError(f"candidate {text!r} must pin one exact version (name==version)")
-    return canonicalize_name(req.name), specs[0].version
+    return candidate.name, candidate.version
 
 
-def candidate_id(stack: str, pins: list[str]) -> str:
-    norm = sorted(f"{n}=={v}" for n, v in map(parse_pin, pins))
-    return hashlib.sha256(json.dumps([stack, norm]).encode()).hexdigest()[:12]
+def _as_candidates(pins) -> list:
+    from reports.candidates import Candidate, CandidateUsageError, parse
+
+    out = []
+    for pin in pins:
+        if isinstance(pin, Candidate):
+            out.append(pin)
+            continue
+        try:
+            out.append(parse(pin))
+        except CandidateUsageError as exc:
+            raise CandidateError(str(exc)) from None
+    return out
+
+
+def candidate_id(stack: str, pins, options: InstallOptions = InstallOptions()) -> str:
+    """One id per (stack, candidates, install options): the same set in any order is one id;
+    a checkout at another commit is another."""
+    norm = sorted(f"{' '.join(c.install)}@{c.commit or ''}" for c in _as_candidates(pins))
+    return hashlib.sha256(json.dumps([stack, norm, options.no_deps, list(options.index_options)]).encode()).hexdigest()[:12]
 
 
 def installed(python: Path) -> dict[str, str]:
@@ -86,12 +119,17 @@ def installed(python: Path) -> dict[str, str]:
     return {canonicalize_name(d["name"]): d["version"] for d in json.loads(proc.stdout)}
 
 
-def diff(before: dict[str, str], after: dict[str, str], asked: set[str]) -> list[Change]:
+def diff(before: dict[str, str], after: dict[str, str], asked) -> list[Change]:
+    """Every distribution whose version changed; ``asked``: the names asked for, or
+    name -> Candidate (its commit, date and form go on its line)."""
     changes = []
     for name in sorted(set(before) | set(after)):
         if before.get(name) != after.get(name):
+            cand = asked.get(name) if isinstance(asked, dict) else None
             changes.append(Change(name, before.get(name), after.get(name),
-                                  "candidate" if name in asked else "transitive"))
+                                  "candidate" if name in asked else "transitive",
+                                  commit=cand.commit if cand else None, date=cand.date if cand else None,
+                                  source=cand.kind if cand else None))
     return changes
 
 
@@ -103,7 +141,9 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def clone_venv(src: Path, dst: Path) -> None:
-    """``dst`` as a venv of its own sharing ``src``'s files by hard links."""
+    """``dst`` as a venv of its own sharing ``src``'s files by hard links (paths made absolute
+    first: the scripts' ``#!`` lines name the venv by its absolute path)."""
+    src, dst = Path(src).resolve(), Path(dst).resolve()
     shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
     old, new = str(src).encode(), str(dst).encode()
     for path in list((dst / "bin").iterdir()) + [dst / "pyvenv.cfg"]:
@@ -146,18 +186,23 @@ def write_constraints(trusted: Path, changes: list[Change], target: Path) -> Non
     target.write_text("\n".join(lines) + "\n")
 
 
-def build(stack: Stack, pins: list[str], say=print) -> CandidateEnv:
-    """The candidate environment of ``pins`` over ``stack``, built once and then reused."""
-    asked = {name for name, _ in map(parse_pin, pins)}
-    ident = candidate_id(stack.name, pins)
+def build(stack: Stack, pins, say=print, options: InstallOptions = InstallOptions(),
+          check: bool = True) -> CandidateEnv:
+    """The candidate environment of ``pins`` (candidate strings or ``reports.candidates.Candidate``)
+    over ``stack``, built once and then reused. ``check=False``: no ``pip check`` (a bisection's
+    midpoint installed ``--no-deps`` declares requirements of its own day; whether it imports
+    is what decides)."""
+    cands = _as_candidates(pins)
+    asked = {c.name: c for c in cands}
+    ident = candidate_id(stack.name, cands, options)
     root = CACHE / ident
-    env = CandidateEnv(stack=stack.name, pins=sorted(pins), root=root, venv=root / "venv")
+    env = CandidateEnv(stack=stack.name, pins=sorted(c.text for c in cands), root=root, venv=root / "venv")
     state = root / "env.json"
     if state.exists() and env.python.exists():
         data = json.loads(state.read_text())
         env.changes = [Change(**c) for c in data["changes"]]
         env.constraints = Path(data["constraints"])
-        say(f"upgrade: reusing the candidate environment {env.venv} ({', '.join(pins)})")
+        say(f"upgrade: reusing the candidate environment {env.venv} ({', '.join(env.pins)})")
         return env
     if not (stack.venv / "bin" / "python").exists():
         raise CandidateError(f"the trusted venv {stack.venv} does not exist: run "
@@ -166,16 +211,21 @@ def build(stack: Stack, pins: list[str], say=print) -> CandidateEnv:
     root.mkdir(parents=True)
     say(f"upgrade: cloning {stack.venv} -> {env.venv} (hard links, no download of what did not change)")
     clone_venv(stack.venv, env.venv)
-    say(f"upgrade: pip install {' '.join(pins)} over the trusted stack")
+    install = [a for c in cands for a in c.install]
+    say(f"upgrade: pip install {' '.join(options.args() + install)} over the trusted stack")
     proc = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                           *pins], capture_output=True, text=True)
+                           *options.args(), *install], capture_output=True, text=True)
     if proc.returncode != 0:
         errors = [l for l in proc.stderr.splitlines() if not l.startswith("WARNING: Location")]
-        raise CandidateError(f"pip could not install {' '.join(pins)} over {stack.name}:\n" + "\n".join(errors[-20:]))
+        raise CandidateError(f"pip could not install {' '.join(install)} over {stack.name}:\n" + "\n".join(errors[-20:]))
     env.changes = diff(installed(stack.venv / "bin" / "python"), installed(env.python), asked)
     for change in env.changes:
-        say(f"upgrade:   {change.kind:10} {change.name}: {change.old or 'not installed'} -> {change.new or 'removed'}")
-    problems = pip_check(env.python)
+        say(f"upgrade:   {change.kind:10} {change.name}: {change.old or 'not installed'} -> {change.new or 'removed'}"
+            + (f" (commit {change.commit[:10]})" if change.commit else ""))
+    missing = [c.text for c in cands if not any(ch.name == c.name for ch in env.changes)]
+    if missing:
+        say(f"upgrade:   unchanged: {', '.join(missing)} (already what the trusted stack has)")
+    problems = pip_check(env.python) if check else []
     if problems:
         raise CandidateError("pip check fails in the candidate environment, so it is not a stack:\n  "
                              + "\n  ".join(problems))

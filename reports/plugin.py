@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         # A reused report folder holds the previous session's run records and repro bundles:
         # this session's report replaces that one, so they must not leak into it.
-        for stale in ("runs", "repro"):
+        for stale in ("runs", "repro", "neuron"):
             shutil.rmtree(directory / stale, ignore_errors=True)
         config.stash[REPORT_DIR] = directory
         os.environ[REPORT_DIR_ENV] = str(directory)
@@ -130,8 +130,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     if not _is_worker(session.config):
         session.config.pluginmanager.register(_Collector(session.config), "conformance-collector")
+    trn2 = session_state.trn2_profile(session.config)
+    if trn2 is not None and not _is_worker(session.config) and not session.config.getoption("--plan"):
+        from reports import neuron_debug
+
+        snapshot = report_dir(session.config) / "neuron" / neuron_debug.START_SNAPSHOT
+        snapshot.parent.mkdir(parents=True, exist_ok=True)
+        snapshot.write_text(neuron_debug.neuron_ls_all())
     xml = session.config.stash.get(xml_key, None)
-    if xml is not None and session_state.trn2_profile(session.config) is not None:
+    if xml is not None and trn2 is not None:
         rehearsal = session_state.is_rehearsal(session.config)
         xml.add_global_property("rehearsal", str(rehearsal).lower())
         xml.add_global_property("evidence", "CPU only: NEURON DRESS REHEARSAL on stand-ins, not trn2"
@@ -144,8 +151,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report = outcome.get_result()
     _scrub_report(report)
     if report.failed and not hasattr(report, "wasxfail"):
-        path = bundle.write_bundle(report_dir(item.config), item, report)
-        item.user_properties.append(("repro_bundle", str(path)))
+        path = bundle.write_bundle(report_dir(item.config), item, report,
+                                   session_started=item.config.stash.get(STARTED, 0.0))
+        # relative to the report folder: the report and its bundles move together
+        item.user_properties.append(("repro_bundle", os.path.relpath(path, report_dir(item.config))))
         report.user_properties = list(item.user_properties)
         report.sections.append(("repro bundle", f"everything needed to replay this: {path}"))
 
@@ -239,6 +248,8 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
         "inventory": inventory.inventory(),
         "stack_preflight": [{"tier": c.tier.name, **found}
                             for c in session_state.run_caches(config) for found in c.preflight_results],
+        "not_launched": [{"tier": c.tier.name, "run": spec, "why": "session budget spent"}
+                         for c in session_state.run_caches(config) for spec in c.not_launched],
         "markexpr": config.option.markexpr,
         "contracts": sorted(config.stash[RECORDS].values(), key=lambda r: r["nodeid"]),
         "runs": run_records,
@@ -252,8 +263,8 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if _is_worker(config):
-        return
+    if _is_worker(config) or config.getoption("--plan"):
+        return  # --plan prints what a session would launch; it runs nothing to report on
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     report = _write_report(config, complete=not interrupted, exitstatus=exitstatus)
     baseline_path = config.getoption("--gate-baseline")

@@ -29,9 +29,10 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
-from reports import candidate_env, upgrade_compare
+from reports import candidate_env, candidates, upgrade_compare
 from reports.stacks import DEFAULT_STACK, REPO, STACKS, Stack
 
 DEFAULT_SELECTION = ["conformance", "-m", "cpu"]
@@ -76,16 +77,18 @@ def attribute(nodeid: str, baseline: dict, candidate: dict, single: dict[str, di
     return (f"no single change gives {want} (alone: {seen}); the packages flip it only together")
 
 
-def bisect(stack: Stack, pins: list[str], changed: list[str], baseline: dict, candidate: dict,
-           out: Path) -> dict:
+def bisect(stack: Stack, cands: list, changed: list[str], baseline: dict, candidate: dict,
+           out: Path, options: candidate_env.InstallOptions = candidate_env.InstallOptions(),
+           inherit: list[str] = ()) -> dict:
     single: dict[str, dict] = {}
     built = reused = 0
-    for pin in pins:
-        say(f"upgrade: bisect: {pin} alone")
-        env = candidate_env.build(stack, [pin], say=say)
+    for cand in cands:
+        say(f"upgrade: bisect: {cand.text} alone")
+        env = candidate_env.build(stack, [cand], say=say, options=options)
         built, reused = built + env.built, reused + (not env.built)
-        report = run_suite(env, out / f"bisect-{candidate_env.candidate_id(stack.name, [pin])}", changed)
-        single[pin] = {c["nodeid"]: c["outcome"] for c in report["contracts"]}
+        report = run_suite(env, out / f"bisect-{candidate_env.candidate_id(stack.name, [cand], options)}",
+                           changed + list(inherit))
+        single[cand.text] = {c["nodeid"]: c["outcome"] for c in report["contracts"]}
     return {
         "environments_built": built,
         "environments_reused": reused,
@@ -94,53 +97,136 @@ def bisect(stack: Stack, pins: list[str], changed: list[str], baseline: dict, ca
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2: bad input is a usage error, not a verdict
+        say(f"upgrade: {message} (python -m reports.upgrade --help)")
+        raise SystemExit(2)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     selection = DEFAULT_SELECTION
     if "--" in argv:
         selection = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
-    parser = argparse.ArgumentParser(prog="python -m reports.upgrade", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--candidate", action="append", required=True, metavar="PKG==VERSION")
+    parser = _Parser(prog="python -m reports.upgrade", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidate", action="append", default=[], metavar="CANDIDATE",
+                        help="name==version, a wheel file, 'name @ git+URL@commit', or a checkout folder")
+    parser.add_argument("--candidate-set", type=Path, default=None, metavar="FILE",
+                        help="a JSON file of candidates: a Neuron release's 'packages' or a 'candidates' list")
+    parser.add_argument("--no-deps", action="store_true", help="install only what is named (a Neuron venv)")
+    parser.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
+    parser.add_argument("--index-url", default=None, metavar="URL")
+    parser.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL")
+    parser.add_argument("--git-repo", type=Path, default=None,
+                        help="a clone of the candidate's repository, for commit dates (and --bisect-commits)")
+    parser.add_argument("--bisect-commits", nargs=2, default=None, metavar=("PACKAGE", "GOOD..BAD"),
+                        help="the first commit of GOOD..BAD (of --git-repo) that flips the contracts whose "
+                             "outcome changed over the range (reports.bisect_commits)")
     parser.add_argument("--stack", default=DEFAULT_STACK, choices=sorted(STACKS))
     parser.add_argument("--bisect", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv), selection
+
+
+def install_options(args) -> candidate_env.InstallOptions:
+    index = [a for url in args.extra_index_url for a in ("--extra-index-url", url)]
+    index += ["--index-url", args.index_url] if args.index_url else []
+    index += [a for d in args.find_links for a in ("--find-links", d)]
+    return candidate_env.InstallOptions(no_deps=args.no_deps, index_options=tuple(index))
+
+
+def trusted_stack_id(stack: Stack) -> str:
+    return baseline_of(stack).stem
+
+
+def bisect_commits_main(args, selection: list[str]) -> int:
+    from reports import bisect_commits
+
+    package, range_text = args.bisect_commits
     stack = STACKS[args.stack]
-    ident = candidate_env.candidate_id(stack.name, args.candidate)
-    out = (args.out or REPO / "reports" / "out" / "upgrade" / ident).resolve()
+    if args.git_repo is None:
+        say("upgrade: --bisect-commits needs --git-repo (a clone holding the range)")
+        return 2
+    out = (args.out or REPO / "reports" / "out" / "bisect" / f"{package}-{range_text.replace('..', '-')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        env = candidate_env.build(stack, args.candidate, say=say)
+        result = bisect_commits.run(stack, package, args.git_repo.resolve(), range_text, selection, out,
+                                    run_suite, ["--inherit-expectations", trusted_stack_id(stack)], say=say)
+    except bisect_commits.RangeError as exc:
+        say(f"upgrade: {exc}")
+        return 2
+    for flip in result["bisect"]["flips"]:
+        c = flip["commit"]
+        say(f"upgrade: first bad commit {c['sha'][:9]} ({c['date'][:10]}) {c['subject']}: "
+            f"{len(flip['contracts'])} contract(s)")
+    say(f"upgrade: {result['builds']} builds ({result['skipped']} skipped) in {result['wall_s'] / 60:.1f} min; "
+        f"wrote {out / 'bisect.md'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args, selection = parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.bisect_commits:
+        return bisect_commits_main(args, selection)
+    try:
+        cands = [candidates.parse(text, git_repo=args.git_repo) for text in args.candidate]
+        if args.candidate_set is not None:
+            cands += candidates.from_set_file(args.candidate_set, git_repo=args.git_repo)
+    except candidates.CandidateUsageError as exc:
+        say(f"upgrade: {exc}")
+        return 2
+    if not cands:
+        say("upgrade: no candidate given (--candidate or --candidate-set)")
+        return 2
+    stack = STACKS[args.stack]
+    options = install_options(args)
+    ident = candidate_env.candidate_id(stack.name, cands, options)
+    out = (args.out or REPO / "reports" / "out" / "upgrade" / ident).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"Upgrade check: {', '.join(c.describe() for c in cands)} over {stack.name}"
+    try:
+        env = candidate_env.build(stack, cands, say=say, options=options)
     except candidate_env.CandidateError as exc:
         say(f"upgrade: {exc}")
-        (out / "upgrade.md").write_text(f"# Upgrade check: {', '.join(args.candidate)}\n\n**Verdict: "
-                                        f"NOT BUILT**\n\n```\n{exc}\n```\n")
+        (out / "upgrade.md").write_text(f"# {title}\n\n**Verdict: NOT BUILT**\n\n```\n{exc}\n```\n")
         return 2
     baseline_path = baseline_of(stack)
     baseline = json.loads(baseline_path.read_text())
-    candidate = run_suite(env, out / "candidate", selection)
+    inherit = ["--inherit-expectations", trusted_stack_id(stack)]
+    candidate = run_suite(env, out / "candidate", selection + inherit)
     if selection != DEFAULT_SELECTION:  # a partial run: compare only what it ran
         ran = {c["nodeid"] for c in candidate["contracts"]}
         baseline = {**baseline, "contracts": [c for c in baseline["contracts"] if c["nodeid"] in ran]}
-    result = upgrade_compare.compare(baseline, candidate, [vars(c) for c in env.changes])
+    result = upgrade_compare.compare(baseline, candidate, [asdict(c) for c in env.changes])
+    for entry in result["contracts"]:  # bundles relative to this page's folder
+        if entry.get("repro_bundle"):
+            entry["repro_bundle"] = f"candidate/{entry['repro_bundle']}"
+    for group in result["groups"]:
+        if group.get("repro_bundle"):
+            group["repro_bundle"] = f"candidate/{group['repro_bundle']}"
     result["baseline"] = str(baseline_path.relative_to(REPO))
-    result["candidate_report"] = str(out / "candidate")
+    result["candidate_report"] = "candidate"
     result["selection"] = selection
+    result["candidates"] = [c.to_json() for c in cands]
     changed = [c["nodeid"] for c in result["contracts"] if c["category"] not in ("unchanged", "new", "missing")]
     bisect_result = None
     asked = [c for c in env.changes if c.kind == "candidate"]
     if args.bisect:
-        if len(args.candidate) < 2:
+        if len(cands) < 2:
             say("upgrade: --bisect needs more than one candidate package; nothing to bisect")
         elif not changed:
             say("upgrade: no contract changed outcome; nothing to bisect")
             bisect_result = {"environments_built": 0, "environments_reused": 0, "attribution": {}}
         else:
-            bisect_result = bisect(stack, args.candidate, changed,
+            bisect_result = bisect(stack, cands, changed,
                                    {c["nodeid"]: c["outcome"] for c in baseline["contracts"]},
-                                   {c["nodeid"]: c["outcome"] for c in candidate["contracts"]}, out)
+                                   {c["nodeid"]: c["outcome"] for c in candidate["contracts"]}, out,
+                                   options, inherit)
         result["bisect"] = bisect_result
     promote = None
     if selection != DEFAULT_SELECTION:
@@ -152,7 +238,6 @@ def main(argv: list[str] | None = None) -> int:
                    "python -m reports.baseline reports/out/cpu" + ("" if stack.name == DEFAULT_STACK else f"-{stack.name}")]
         result["promote"] = promote
         result["constraints"] = str(env.constraints.relative_to(REPO))
-    title = f"Upgrade check: {', '.join(args.candidate)} over {stack.name}"
     (out / "upgrade.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "upgrade.md").write_text(upgrade_compare.render(result, title=title, promote=promote,
                                                             bisect=bisect_result))

@@ -8,6 +8,7 @@ Pure functions on report dicts (``report.json``), so the logic is tested on synt
 from __future__ import annotations
 
 import json
+import re
 
 GOOD = {"passed", "xfailed"}
 BAD = {"failed", "error", "xpassed"}
@@ -76,6 +77,58 @@ def _exported_dtypes(contract: dict) -> list[str] | None:
     return sorted({str(i[2]) for i in manifest if isinstance(i, list) and len(i) == 3}) or None
 
 
+# A failure's cause: its most specific exception line (an AssertionError only where nothing more
+# specific is said) and the culprit file (the last ``path.py:N: Error`` line of the traceback).
+_EXCEPTION = re.compile(r"^\s*(?:E\s+)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Gap|Failed|Exit)\b.*)$")
+_CULPRIT = re.compile(r"^(\S+\.py):\d+: \w+", re.M)
+_MACHINE = re.compile(r"(/[\w.+-]+)+/([\w.+-]+)")
+_RUN_KEY = re.compile(r"\b[0-9a-f]{20}\b")
+# Where a cause lies: the suite's own code calling the stack wrong, or the stack's behaviour.
+SUITE_GAP = "the suite's own gap (fix the suite)"
+CANDIDATE = "the candidate's behaviour"
+
+
+def _normalised(line: str) -> str:
+    """A cause line without what differs between machines and runs: paths to their last part,
+    run keys dropped."""
+    return _RUN_KEY.sub("<run>", _MACHINE.sub(r"\2", line)).strip()
+
+
+def failure_cause(message: str) -> tuple[str, str | None]:
+    """(cause line, culprit file) of one failure's message."""
+    lines = [l[1:].strip() if l.startswith("E") else l for l in message.splitlines()]
+    specific = [m.group(1) for m in map(_EXCEPTION.match, lines) if m and not m.group(1).startswith("AssertionError")]
+    contract = [l for l in lines if l.strip().startswith(("contract:", "AssertionError: contract:"))]
+    cause = specific[0] if specific else (contract[0] if contract else (lines[0] if lines else "no message"))
+    culprits = _CULPRIT.findall(message)
+    return _normalised(cause)[:300], (culprits[-1] if culprits else None)
+
+
+def cause_owner(cause: str, culprit: str | None) -> str:
+    """Whose the cause is: the suite's (a ``HarnessGap``, or raised in the harness's own
+    ``fixtures/`` code) or the candidate's (a contract's assertion, or raised in the stack)."""
+    if "HarnessGap" in cause or "harness gap" in cause.lower():
+        return SUITE_GAP
+    if culprit and culprit.startswith("fixtures/") and not culprit.startswith("fixtures/contract.py"):
+        return SUITE_GAP
+    return CANDIDATE
+
+
+def group_failures(contracts: list[dict]) -> list[dict]:
+    """The newly failing contracts grouped by cause (same cause line, same culprit file): the
+    count, whose cause it is, the contracts and one representative repro bundle."""
+    groups: dict[tuple, dict] = {}
+    for c in contracts:
+        if c["category"] != "newly failing":
+            continue
+        cause, culprit = failure_cause(c.get("message") or "")
+        group = groups.setdefault((cause, culprit), {"cause": cause, "culprit": culprit,
+                                                     "owner": cause_owner(cause, culprit), "contracts": [],
+                                                     "repro_bundle": c.get("repro_bundle")})
+        group["contracts"].append(c["nodeid"])
+    return sorted(groups.values(), key=lambda g: (-len(g["contracts"]), g["cause"]))
+
+
 def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: list[str] | None = None) -> dict:
     """The upgrade result as JSON-able data. ``changes``: {name, old, new, kind} per package."""
     base = {c["nodeid"]: c for c in baseline.get("contracts", [])}
@@ -88,12 +141,14 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
                  "category": category}
         if category == "newly failing":
             entry["repro_bundle"] = c.get("repro_bundle")
-            entry["message"] = (c.get("message") or "")[-600:]
+            entry["message"] = c.get("message") or ""
+        if category == "unchanged" and entry["before"] == "xfailed" and entry["after"] == "xfailed":
+            entry["expectation"] = (c or {}).get("expectation")
         if category == "upstream fixed":
             entry["expectation"] = (b or {}).get("expectation") or (c or {}).get("expectation")
         contracts.append(entry)
 
-    measured, unchanged_figures = [], []
+    measured, unchanged_figures, compared_figures = [], [], 0
     for nodeid in sorted(set(base) & set(cand)):
         mb, mc = base[nodeid].get("measured") or {}, cand[nodeid].get("measured") or {}
         pairs = [(name, mb[name], mc[name]) for name in sorted(set(mb) & set(mc)) if name != "export_manifest"]
@@ -101,6 +156,7 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
         if db and dc:
             pairs.append(("exported dtypes", db, dc))
         for name, before, after in pairs:
+            compared_figures += 1
             if before != after:
                 measured.append({"nodeid": nodeid, "name": name, "before": before, "after": after})
             else:
@@ -118,13 +174,24 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     if not candidate.get("complete", False):
         problems.append("the candidate's session did not complete")
     fixed = counts["upstream fixed"]
+    groups = group_failures(contracts)
+    still = [c for c in contracts if c["category"] == "unchanged" and c["before"] == "xfailed"]
     if problems:
         verdict = "FAIL: " + ", ".join(problems)
+        if groups:
+            owners = {}
+            for g in groups:
+                owners.setdefault(g["owner"], []).append(g)
+            verdict += " (" + "; ".join(
+                f"{sum(len(g['contracts']) for g in gs)} in {len(gs)} cause(s) {owner}"
+                for owner, gs in sorted(owners.items())) + ")"
     elif fixed:
         verdict = (f"PASS once {fixed} expectations line(s) are deleted: the candidate keeps every "
                    "contract and fixes known deviations")
     else:
         verdict = "PASS: the candidate keeps every contract of the baseline"
+        if still:
+            verdict += f", {len(still)} known deviation(s) still holding"
     return {
         "verdict": verdict,
         "passed": not problems,
@@ -135,6 +202,9 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
         "counts": counts,
         "measured": measured,
         "unchanged_figures": unchanged_figures,
+        "figures_compared": compared_figures,
+        "groups": groups,
+        "still_holding": [{"nodeid": c["nodeid"], "expectation": c.get("expectation")} for c in still],
         "runs": runs,
         "launches": {"baseline": launches(baseline), "candidate": launches(candidate)},
         "pip_check": pip_check or [],
@@ -164,9 +234,15 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
         if not found.get("ok", True):
             lines += ["The candidate's stack preflight failed, so no run was launched:", "", "```",
                       found["message"], "```", ""]
-    lines += ["## Versions (trusted -> candidate)", "", "| package | trusted | candidate | change |", "|---|---|---|---|"]
+    lines += ["## Versions (trusted -> candidate)", "",
+              "| package | trusted | candidate | change | build |", "|---|---|---|---|---|"]
     for c in result["versions"]:
-        lines.append(f"| {c['name']} | {c['old'] or 'not installed'} | {c['new'] or 'removed'} | {c['kind']} |")
+        build = ""
+        if c.get("commit"):
+            build = f"git {c['commit'][:10]}" + (f", {c['date'][:10]}" if c.get("date") else ", date not known")
+        if c.get("source"):
+            build = f"{c['source']}" + (f": {build}" if build else "")
+        lines.append(f"| {c['name']} | {c['old'] or 'not installed'} | {c['new'] or 'removed'} | {c['kind']} | {build} |")
     if result["pip_check"]:
         lines += ["", "pip check: " + "; ".join(result["pip_check"])]
     lines += ["", "## Contracts", ""]
@@ -175,9 +251,22 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
     lines.append(", ".join([f"{unchanged} unchanged"] + [f"{n} {k}" for k, n in counts.items() if n]) + ".")
     if result.get("selection"):
         lines.append(f"Selection run in the candidate: `pytest {' '.join(result['selection'])}`.")
+    if result.get("groups"):
+        lines += ["", "### Newly failing, by cause", ""]
+        for g in result["groups"]:
+            where = f" in `{g['culprit']}`" if g.get("culprit") else ""
+            bundle = f"; repro bundle: `{g['repro_bundle']}`" if g.get("repro_bundle") else ""
+            lines.append(f"- **{len(g['contracts'])} contract(s)**, {g['owner']}{where}: `{g['cause']}`{bundle}")
+            lines += [f"  - `{n}`" for n in g["contracts"][:12]]
+            if len(g["contracts"]) > 12:
+                lines.append(f"  - ... and {len(g['contracts']) - 12} more")
+    if result.get("still_holding"):
+        lines += ["", "### Known deviations still holding", ""]
+        lines += [f"- `{c['nodeid']}`" + (f" ({c['expectation']})" if c.get("expectation") else "")
+                  for c in result["still_holding"]]
     for key, (heading, _) in CATEGORIES.items():
         picked = [c for c in result["contracts"] if c["category"] == key]
-        if not picked:
+        if not picked or key == "newly failing" and result.get("groups"):
             continue
         lines += ["", f"### {heading}", ""]
         for c in picked:
@@ -202,8 +291,11 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
         lines += ["| contract | figure | trusted | candidate |", "|---|---|---|---|"]
         for m in result["measured"]:
             lines.append(f"| `{m['nodeid'].split('::', 1)[-1]}` | {m['name']} | {_fmt(m['before'])} | {_fmt(m['after'])} |")
+    elif result.get("figures_compared", 0):
+        lines.append(f"None of the {result['figures_compared']} figures both sessions measured changed.")
     else:
-        lines.append("No measured figure of a contract changed.")
+        lines.append("No figure was compared: the candidate measured none of the figures the baseline "
+                     "measured (nothing can be said of them).")
     if result.get("unchanged_figures"):
         lines += ["", f"Unchanged ({len(result['unchanged_figures'])}):", ""]
         lines += [f"- `{text}`" for text in result["unchanged_figures"]]
