@@ -27,7 +27,10 @@ def test_each_rank_reads_its_shard_packed_in_order(titan_runs):
     first and EOS last, in file order; positions restart at 0 at every document and at a row
     that starts inside one. So the ranks
     read different samples, none twice, and a packer that drops, reorders, duplicates or
-    mis-cuts tokens, or a sampler that gives two ranks the same block, fails."""
+    mis-cuts tokens, or a sampler that gives two ranks the same block, fails. In the
+    token-folded layout (pytorch/torchtitan#4121) the batch is one stream of the same tokens
+    with no rows, and positions restart at every document and every ``seq_len`` tokens into
+    one (the packer's chunks of a long document)."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     config = run.resolved_config()
     dp = run.placements(0)["parallel_dims"]["dp_shard"]
@@ -36,19 +39,30 @@ def test_each_rank_reads_its_shard_packed_in_order(titan_runs):
     dataset, tokenizer = Path(config["dataloader"]["dataset_path"]), Path(config["hf_assets_path"])
     blocks = []
     for rank in range(dp):
-        expected = packing.first_rows(dataset, tokenizer, rank=rank, world_size=dp, rows=rows, seq_len=seq_len)
         batch = run.first_batch(rank)
         expect("positions" in batch, f"rank {rank}'s batch carries per-document positions",
                "positions", sorted(batch), run)
-        if batch["inputs"].dim() == 1:  # one packed row of tokens (upstream main from #4088)
-            batch = {k: v.reshape(rows, seq_len) for k, v in batch.items()}
+        if batch["inputs"].dim() == 1:
+            # The token-folded layout (pytorch/torchtitan#4121, the packer of #4088): a
+            # microbatch is one stream of rows x seq_len tokens with no rows in it, and a
+            # document longer than seq_len (max_context_length) is cut into chunks of that
+            # many tokens, each restarting its positions (components/data/packing.py,
+            # ConcatThenSplitPackingConfig: "chunks long documents").
+            expected = packing.first_rows(dataset, tokenizer, rank=rank, world_size=dp, rows=1,
+                                          seq_len=rows * seq_len)
+            expected["positions"] = [[p % seq_len for p in row] for row in expected["positions"]]
+            batch = {k: v.reshape(1, -1) for k, v in batch.items()}
+            rows_seen, row_len = 1, rows * seq_len
+        else:
+            expected = packing.first_rows(dataset, tokenizer, rank=rank, world_size=dp, rows=rows, seq_len=seq_len)
+            rows_seen, row_len = rows, seq_len
         actual = batch["inputs"].tolist()
         if actual != expected["inputs"]:
             row = next(i for i, (a, e) in enumerate(zip(actual, expected["inputs"])) if a != e)
             col = next(j for j, (a, e) in enumerate(zip(actual[row], expected["inputs"][row])) if a != e)
             fail(f"rank {rank} reads documents {expected['documents']} of its block, packed in order",
                  expected["inputs"][row][max(0, col - 3):col + 5], actual[row][max(0, col - 3):col + 5], run,
-                 detail=f"first difference at row {row}, column {col} (of {rows} x {seq_len}); "
+                 detail=f"first difference at row {row}, column {col} (of {rows_seen} x {row_len}); "
                         f"dataset {dataset}, tokenizer {tokenizer}")
         if batch["positions"].tolist() != expected["positions"]:
             got = batch["positions"].tolist()

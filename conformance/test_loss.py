@@ -12,6 +12,7 @@ import math
 
 import pytest
 from fixtures import hf_reference, tier_profile
+from fixtures.rank.titan import training_batch
 from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.runs.catalogue import DENSE_NATIVE, LOAD_PRETRAINED, LOAD_TIED_TRAIN_EXPORT
 
@@ -24,6 +25,11 @@ RANDOM_BAND_BELOW, RANDOM_BAND_ABOVE = 0.1, 1.0
 # A checkpoint that has learned anything should start at least this many nats below random
 # (the write-up: 5.9 nats below on Qwen3-4B).
 PRETRAINED_MARGIN = 1.0
+
+
+def _row_len(run) -> int:
+    """The tokens of one row of the run's batches (``seq_len``, or ``max_context_length``)."""
+    return training_batch.resolved_batch(run.resolved_config())[1]
 
 
 @pytest.mark.only_tiers("cpu", reason=tier_profile.IN_SUITE_REFERENCE_MODEL + " is needed: recomputing "
@@ -39,7 +45,7 @@ def test_first_step_loss_equals_transformers_on_the_same_batch(tier, titan_runs)
     batches = [run.first_batch(r) for r in range(tier.nproc_per_node)]
     folder = titan_runs.checkpoints("hf_tied")
     model = hf_reference.transformers_model(folder)
-    reference = hf_reference.batch_loss(model, batches, hf_reference.eos_id(folder))
+    reference = hf_reference.batch_loss(model, batches, hf_reference.eos_id(folder), _row_len(run))
     first = run.steps[0].loss
     rtol = tier.numerics.first_loss_rtol
     expect(math.isclose(first, reference, rel_tol=rtol),
@@ -56,7 +62,7 @@ def test_first_step_loss_of_rank_0_equals_transformers(tier, titan_runs, record_
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     folder = titan_runs.checkpoints("hf_tied")
     model = hf_reference.transformers_model(folder, tier.numerics.dtype)
-    reference = hf_reference.batch_loss(model, [run.first_batch(0)], hf_reference.eos_id(folder))
+    reference = hf_reference.batch_loss(model, [run.first_batch(0)], hf_reference.eos_id(folder), _row_len(run))
     recorded = run.first_rank_loss(0)
     rtol = tier.numerics.first_loss_rtol
     record_property("rank0_first_loss_vs_reference", f"{recorded['mean']:.6f} vs {reference:.6f}")
@@ -78,8 +84,10 @@ def test_labels_are_the_inputs_shifted_by_one(tier, titan_runs):
     boundaries = 0
     for rank in range(tier.nproc_per_node):
         batch = run.first_batch(rank)
+        chunk_len = hf_reference.folded_chunk_len(batch, _row_len(run))
+        batch = hf_reference.as_rows(batch)
         labels = batch["labels"][:, :-1]
-        expected = hf_reference.next_token_labels(batch, eos)[:, :-1]
+        expected = hf_reference.next_token_labels(batch, eos, chunk_len)[:, :-1]
         kept = labels != -100
         wrong = ((labels != expected) & kept).nonzero().tolist()
         expect_equal(f"rank {rank}: every label is the next token of its document", 0, len(wrong), run,

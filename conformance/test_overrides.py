@@ -384,7 +384,9 @@ def test_derive_copies_every_shared_field(fields):
 
     from fixtures.rank.titan.rope_override import KernelRoPE
 
-    source = CosSinRoPE.Config(**fields)
+    from fixtures.rank.titan import by_feature
+
+    source = by_feature.build(CosSinRoPE.Config, **fields)
     derived = derive(source, KernelRoPE.Config, lnc=1)
     for f in dataclasses.fields(CosSinRoPE.Config):
         if f.init:
