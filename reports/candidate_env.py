@@ -201,7 +201,7 @@ def build(stack: Stack, pins, say=print, options: InstallOptions = InstallOption
     if state.exists() and env.python.exists():
         data = json.loads(state.read_text())
         env.changes = [Change(**c) for c in data["changes"]]
-        env.constraints = Path(data["constraints"])
+        env.constraints = Path(data["constraints"]) if data.get("constraints") not in (None, "None") else None
         say(f"upgrade: reusing the candidate environment {env.venv} ({', '.join(env.pins)})")
         return env
     if not (stack.venv / "bin" / "python").exists():
@@ -229,8 +229,9 @@ def build(stack: Stack, pins, say=print, options: InstallOptions = InstallOption
     if problems:
         raise CandidateError("pip check fails in the candidate environment, so it is not a stack:\n  "
                              + "\n  ".join(problems))
-    env.constraints = root / "constraints.txt"
-    write_constraints(stack.constraints, env.changes, env.constraints)
+    if stack.constraints is not None:  # a cpu stack's pins; a Neuron environment has none of ours
+        env.constraints = root / "constraints.txt"
+        write_constraints(stack.constraints, env.changes, env.constraints)
     env.built = True
     state.write_text(json.dumps(env.to_json(), indent=1))
     return env

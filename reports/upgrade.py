@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -124,6 +125,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="the first commit of GOOD..BAD (of --git-repo) that flips the contracts whose "
                              "outcome changed over the range (reports.bisect_commits)")
     parser.add_argument("--stack", default=DEFAULT_STACK, choices=sorted(STACKS))
+    parser.add_argument("--tier", default="cpu", choices=("cpu", "trn2"),
+                        help="trn2: the candidate is a copy of the active Neuron environment ($VIRTUAL_ENV, or "
+                             "--trusted-venv) with the candidates installed over it; the trusted session is run "
+                             "there on the same selection unless --baseline-report names one")
+    parser.add_argument("--trusted-venv", type=Path, default=None)
+    parser.add_argument("--baseline-report", type=Path, default=None, metavar="REPORT_DIR",
+                        help="the trusted session's report folder to compare with, instead of running it")
     parser.add_argument("--bisect", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     return parser.parse_args(argv), selection
@@ -138,6 +146,32 @@ def install_options(args) -> candidate_env.InstallOptions:
 
 def trusted_stack_id(stack: Stack) -> str:
     return baseline_of(stack).stem
+
+
+COMPAT_CONTRACTS = ["conformance/test_compat.py", "-m", "cpu"]
+
+
+def trusted_artifacts(stack: Stack, out: Path) -> list[str]:
+    """What the trusted stack writes for the candidate to read (``fixtures.trusted_artifacts``):
+    its cross-version contracts run in the trusted venv (their runs come from its run cache
+    after the first time), then the folder written from that session; the pytest options
+    that hand it to the candidate. Where the trusted stack cannot write it, the candidate's
+    cross-version contracts read the candidate's own runs, and the page says so."""
+    python = stack.venv / "bin" / "python"
+    report_dir, folder = out / "trusted", out / "trusted-artifacts"
+    say(f"upgrade: the trusted stack writes its checkpoint and export for the candidate ({folder})")
+    proc = subprocess.run([str(python), "-m", "pytest", *COMPAT_CONTRACTS, "-q", "--report-dir", str(report_dir)],
+                          cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        say(f"upgrade: the trusted stack's own cross-version contracts exited {proc.returncode}: "
+            "the candidate reads its own runs instead\n" + proc.stdout[-1500:])
+        return []
+    proc = subprocess.run([str(python), "-m", "fixtures.trusted_artifacts", "write", str(report_dir), str(folder)],
+                          cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        say(f"upgrade: {proc.stderr.strip()}: the candidate reads its own runs instead")
+        return []
+    return ["--trusted-artifacts", str(folder)]
 
 
 def bisect_commits_main(args, selection: list[str]) -> int:
@@ -183,7 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     if not cands:
         say("upgrade: no candidate given (--candidate or --candidate-set)")
         return 2
-    stack = STACKS[args.stack]
+    if args.tier == "trn2":
+        venv = args.trusted_venv or (Path(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None)
+        if venv is None or not (venv / "bin" / "python").exists():
+            say("upgrade: --tier trn2 copies the active Neuron environment: activate it or pass --trusted-venv")
+            return 2
+        stack = Stack(f"trn2-{venv.resolve().name}", venv.resolve(), None)
+        if selection == DEFAULT_SELECTION:
+            selection = ["conformance", "-m", "trn2"]
+    else:
+        stack = STACKS[args.stack]
     options = install_options(args)
     ident = candidate_env.candidate_id(stack.name, cands, options)
     out = (args.out or REPO / "reports" / "out" / "upgrade" / ident).resolve()
@@ -195,11 +238,24 @@ def main(argv: list[str] | None = None) -> int:
         say(f"upgrade: {exc}")
         (out / "upgrade.md").write_text(f"# {title}\n\n**Verdict: NOT BUILT**\n\n```\n{exc}\n```\n")
         return 2
-    baseline_path = baseline_of(stack)
-    baseline = json.loads(baseline_path.read_text())
-    inherit = ["--inherit-expectations", trusted_stack_id(stack)]
-    candidate = run_suite(env, out / "candidate", selection + inherit)
-    if selection != DEFAULT_SELECTION:  # a partial run: compare only what it ran
+    if args.tier == "trn2":
+        if args.baseline_report is not None:
+            baseline_path = args.baseline_report.resolve() / "report.json"
+            baseline = json.loads(baseline_path.read_text())
+        else:
+            trusted = candidate_env.CandidateEnv(stack=stack.name, pins=[], root=stack.venv.parent, venv=stack.venv)
+            baseline = run_suite(trusted, out / "trusted-suite", selection)
+            baseline_path = out / "trusted-suite" / "report.json"
+        inherit = ["--inherit-expectations", baseline["stack_id"]["trn2"]]
+        carried = []
+    else:
+        baseline_path = baseline_of(stack)
+        baseline = json.loads(baseline_path.read_text())
+        inherit = ["--inherit-expectations", trusted_stack_id(stack)]
+        carried = trusted_artifacts(stack, out)
+    candidate = run_suite(env, out / "candidate", selection + inherit + carried)
+    if selection not in (DEFAULT_SELECTION, ["conformance", "-m", "trn2"]) or args.tier == "trn2":
+        # compare only what both ran
         ran = {c["nodeid"] for c in candidate["contracts"]}
         baseline = {**baseline, "contracts": [c for c in baseline["contracts"] if c["nodeid"] in ran]}
     result = upgrade_compare.compare(baseline, candidate, [asdict(c) for c in env.changes])
@@ -209,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     for group in result["groups"]:
         if group.get("repro_bundle"):
             group["repro_bundle"] = f"candidate/{group['repro_bundle']}"
-    result["baseline"] = str(baseline_path.relative_to(REPO))
+    result["baseline"] = (str(baseline_path.relative_to(REPO)) if baseline_path.is_relative_to(REPO)
+                          else baseline_path.name)
+    if baseline_path.is_relative_to(out):
+        result["baseline"] = str(baseline_path.relative_to(out))
     result["candidate_report"] = "candidate"
     result["selection"] = selection
     result["candidates"] = [c.to_json() for c in cands]
@@ -230,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         result["bisect"] = bisect_result
     promote = None
     if selection != DEFAULT_SELECTION:
-        result["verdict"] += f" (on a partial selection: `pytest {' '.join(selection)}`; not a promotion)"
-    elif result["passed"]:
+        result["verdict"] += f" (on the selection `pytest {' '.join(selection)}`; not a promotion)"
+    elif result["passed"] and stack.constraints is not None:
         promote = [f"cp {env.constraints.relative_to(REPO)} {stack.constraints.relative_to(REPO)}",
                    f"bash scripts/setup-venv.sh {stack.name}",
                    f"CONFORMANCE_STACK={stack.name} bash scripts/conformance.sh   # gate FAILS on the drift: expected",

@@ -94,22 +94,79 @@ def _normalised(line: str) -> str:
     return _RUN_KEY.sub("<run>", _MACHINE.sub(r"\2", line)).strip()
 
 
+_RANK_LINE = re.compile(r"^\[rank\d+\]:\s?(.*)$")
+_FRAME = re.compile(r'File "([^"]+)", line \d+')
+
+
+def _relative_source(path: str) -> str:
+    """A traceback's file as a user would name it: inside an installed package from its
+    package (``torchtitan/protocols/module.py``), inside the suite from the repository."""
+    if "site-packages/" in path:
+        return path.split("site-packages/", 1)[1]
+    for root in ("fixtures/", "conformance/", "reports/", "meta_tests/"):
+        if path.startswith(root):
+            return path
+        if "/" + root in path:
+            return root + path.split("/" + root, 1)[1]
+    return path.rsplit("/", 1)[-1]
+
+
 def failure_cause(message: str) -> tuple[str, str | None]:
-    """(cause line, culprit file) of one failure's message."""
-    lines = [l[1:].strip() if l.startswith("E") else l for l in message.splitlines()]
+    """(cause line, culprit file) of one failure's message: the exception a rank died of (and
+    the file that raised it), else the most specific exception line (an AssertionError only
+    where nothing more specific is said) and the last ``path.py:N:`` of the traceback."""
+    lines = [l[1:].strip() if l.startswith("E") else l.strip() for l in message.splitlines()]
+    frame = None
+    for line in lines:
+        rank = _RANK_LINE.match(line)
+        if not rank:
+            continue
+        inner = rank.group(1).strip()
+        found = _FRAME.search(inner)
+        if found:
+            frame = found.group(1)
+            continue
+        exc = _EXCEPTION.match(inner)
+        if exc:
+            return _normalised(exc.group(1))[:300], (_relative_source(frame) if frame else None)
     specific = [m.group(1) for m in map(_EXCEPTION.match, lines) if m and not m.group(1).startswith("AssertionError")]
-    contract = [l for l in lines if l.strip().startswith(("contract:", "AssertionError: contract:"))]
-    cause = specific[0] if specific else (contract[0] if contract else (lines[0] if lines else "no message"))
+    contract = [l for l in lines if l.startswith(("contract:", "AssertionError: contract:"))]
+    # pytest's own exception lines (``E   ...``): an assertion of pytest.raises(match=...) among them
+    raised = [l[1:].strip() for l in message.splitlines() if l.startswith("E ") and l[1:].strip()]
+    cause = (specific[0] if specific else contract[0] if contract else raised[0] if raised
+             else lines[0] if lines else "no message")
     culprits = _CULPRIT.findall(message)
-    return _normalised(cause)[:300], (culprits[-1] if culprits else None)
+    return _normalised(cause)[:300], (_relative_source(culprits[-1]) if culprits else None)
+
+
+def _suite_class_names() -> set[str]:
+    """Classes the suite defines (a cause naming one is about the suite's own code, even where
+    torchtitan raised it while checking that code)."""
+    import ast
+    from pathlib import Path
+
+    names = set()
+    for path in (Path(__file__).resolve().parent.parent / "fixtures").rglob("*.py"):
+        try:
+            tree = ast.parse(path.read_text())
+        except (OSError, SyntaxError):
+            continue
+        names |= {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name != "Config"}
+    return names
 
 
 def cause_owner(cause: str, culprit: str | None) -> str:
-    """Whose the cause is: the suite's (a ``HarnessGap``, or raised in the harness's own
-    ``fixtures/`` code) or the candidate's (a contract's assertion, or raised in the stack)."""
+    """Whose the cause is: the suite's (a ``HarnessGap``, raised in the harness's own
+    ``fixtures/`` code, or naming a class of the suite) or the candidate's (a contract's
+    assertion, or raised in the stack about the stack's own code)."""
     if "HarnessGap" in cause or "harness gap" in cause.lower():
         return SUITE_GAP
     if culprit and culprit.startswith("fixtures/") and not culprit.startswith("fixtures/contract.py"):
+        return SUITE_GAP
+    if culprit and culprit.startswith("conformance/") and not cause.startswith("AssertionError"):
+        return SUITE_GAP  # a contract's own code raised: the test broke, not the stack
+    words = set(re.findall(r"[A-Za-z_]\w+", cause))
+    if words & _suite_class_names():
         return SUITE_GAP
     return CANDIDATE
 
@@ -117,11 +174,15 @@ def cause_owner(cause: str, culprit: str | None) -> str:
 def group_failures(contracts: list[dict]) -> list[dict]:
     """The newly failing contracts grouped by cause (same cause line, same culprit file): the
     count, whose cause it is, the contracts and one representative repro bundle."""
+    found = [(c, *failure_cause(c.get("message") or "")) for c in contracts if c["category"] == "newly failing"]
+    # a message cut before the raising frame still belongs with the same cause's known culprit
+    culprit_of: dict[str, str] = {}
+    for _, cause, culprit in found:
+        if culprit:
+            culprit_of.setdefault(cause, culprit)
     groups: dict[tuple, dict] = {}
-    for c in contracts:
-        if c["category"] != "newly failing":
-            continue
-        cause, culprit = failure_cause(c.get("message") or "")
+    for c, cause, culprit in found:
+        culprit = culprit or culprit_of.get(cause)
         group = groups.setdefault((cause, culprit), {"cause": cause, "culprit": culprit,
                                                      "owner": cause_owner(cause, culprit), "contracts": [],
                                                      "repro_bundle": c.get("repro_bundle")})

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The trn2 upgrade, rehearsed on CPU (CI runs it; never trn2 evidence): a second, labelled
+# stand-in Neuron release (neuron_standins/releases/rehearsal.2.json: neuronx-cc with one
+# documented behaviour changed, the kernel's sequence-length message) is built as a wheel and
+# checked by the same command a trn2 user runs (python -m reports.upgrade --tier trn2 ...,
+# --no-deps over a copy of the active environment) on the trn2 contracts that launch nothing.
+# Passes when the page flags that one contract and nothing else changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${VIRTUAL_ENV:-$PWD/.venv-rehearsal}
+out=reports/out/upgrade-rehearsal
+rm -rf "$out"
+wheel=$("$venv/bin/python" scripts/build_standin_release.py neuron_standins/releases/rehearsal.2.json "$out/release")
+status=0
+"$venv/bin/python" -m reports.upgrade --tier trn2 --trusted-venv "$venv" --candidate "$wheel" --no-deps \
+  --out "$out" -- conformance -m "trn2 and not slow" --neuron-dress-rehearsal || status=$?
+"$venv/bin/python" - "$out/upgrade.json" "$status" <<'PY'
+import json, sys
+result = json.load(open(sys.argv[1]))
+changed = {c["nodeid"]: c["category"] for c in result["contracts"] if c["category"] != "unchanged"}
+want = {"conformance/test_rope.py::test_kernel_rejects_bad_seq_len_itself[trn2]": "newly failing"}
+print(f"trn2 upgrade rehearsal: {result['verdict']}")
+if changed != want or sys.argv[2] != "1":
+    sys.exit(f"trn2 upgrade rehearsal: expected exactly {want} (upgrade exit 1), got {changed} (exit {sys.argv[2]})")
+owners = [g["owner"] for g in result["groups"]]
+if len(owners) != 1 or "suite" in owners[0]:
+    sys.exit(f"trn2 upgrade rehearsal: the one cause must be the candidate's behaviour, got {owners}")
+print("trn2 upgrade rehearsal: the changed stand-in behaviour was flagged, and only it")
+PY
