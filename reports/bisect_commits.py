@@ -187,9 +187,10 @@ def render(result: dict) -> str:
 
 
 def run(stack, package: str, repo: Path, range_text: str, selection: list[str], out: Path,
-        run_suite, inherit: list[str], say=print) -> dict:
+        run_suite, inherit: list[str], say=print, options=None) -> dict:
     """The whole bisection (see the module docstring); ``run_suite(env, report_dir, args)`` runs
-    pytest in a candidate environment and returns its report."""
+    pytest in a candidate environment and returns its report. ``options``: how each build is
+    installed (default ``--no-deps``; with dependencies where the range changes them)."""
     if package not in PACKAGE_FILES:
         raise RangeError(f"--bisect-commits takes {' or '.join(PACKAGE_FILES)}, not {package!r}")
     if not (Path(repo) / ".git").exists() and not (Path(repo) / "HEAD").exists():
@@ -199,7 +200,7 @@ def run(stack, package: str, repo: Path, range_text: str, selection: list[str], 
     started = time.monotonic()
     tried: dict[int, Tried] = {}
     python = stack.venv / "bin" / "python"
-    options = candidate_env.InstallOptions(no_deps=True)
+    options = options or candidate_env.InstallOptions(no_deps=True)
 
     def test(i: int, contracts: list[str] | None = None) -> Tried:
         if i in tried:

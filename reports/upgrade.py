@@ -124,6 +124,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--bisect-commits", nargs=2, default=None, metavar=("PACKAGE", "GOOD..BAD"),
                         help="the first commit of GOOD..BAD (of --git-repo) that flips the contracts whose "
                              "outcome changed over the range (reports.bisect_commits)")
+    parser.add_argument("--bisect-with-deps", action="store_true",
+                        help="--bisect-commits: install each build with the requirements it adds (from the index), "
+                             "for a range across which the package's requirements change (default: --no-deps)")
     parser.add_argument("--stack", default=DEFAULT_STACK, choices=sorted(STACKS))
     parser.add_argument("--tier", default="cpu", choices=("cpu", "trn2"),
                         help="trn2: the candidate is a copy of the active Neuron environment ($VIRTUAL_ENV, or "
@@ -185,8 +188,11 @@ def bisect_commits_main(args, selection: list[str]) -> int:
     out = (args.out or REPO / "reports" / "out" / "bisect" / f"{package}-{range_text.replace('..', '-')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     try:
+        options = (candidate_env.InstallOptions(no_deps=False, index_options=install_options(args).index_options)
+                   if args.bisect_with_deps else None)
         result = bisect_commits.run(stack, package, args.git_repo.resolve(), range_text, selection, out,
-                                    run_suite, ["--inherit-expectations", trusted_stack_id(stack)], say=say)
+                                    run_suite, ["--inherit-expectations", trusted_stack_id(stack)], say=say,
+                                    options=options)
     except bisect_commits.RangeError as exc:
         say(f"upgrade: {exc}")
         return 2
