@@ -35,12 +35,16 @@ CHANGES = [{"name": "transformers", "old": "5.23.0", "new": "5.24.0", "kind": "c
 
 
 def test_every_outcome_change_is_categorized():
-    base = _report({"a": "passed", "b": "xfailed", "c": "passed", "d": "failed", "e": "passed", "f": "passed"})
-    cand = _report({"a": "passed", "b": "xpassed", "c": "failed", "d": "passed", "e": "skipped", "g": "passed"})
+    base = _report({"a": "passed", "b": "xfailed", "c": "passed", "d": "failed", "e": "passed", "f": "passed",
+                    "h": "xfailed", "i": "xfailed"})
+    cand = _report({"a": "passed", "b": "xpassed", "c": "failed", "d": "passed", "e": "skipped", "g": "passed",
+                    "h": "passed", "i": "xfailed"})
     result = upgrade_compare.compare(base, cand, CHANGES)
     got = {c["nodeid"]: c["category"] for c in result["contracts"]}
+    # h: a candidate with an expectations file of its own that no longer lists the deviation
     assert got == {"a": "unchanged", "b": "upstream fixed", "c": "newly failing", "d": "newly passing",
-                   "e": "newly skipped", "f": "missing", "g": "new"}
+                   "e": "newly skipped", "f": "missing", "g": "new", "h": "upstream fixed", "i": "unchanged"}
+    assert [c["nodeid"] for c in result["still_holding"]] == ["i"]
     by = {c["nodeid"]: c for c in result["contracts"]}
     assert by["c"]["repro_bundle"] == "/r/c"
     assert by["b"]["expectation"].startswith("cpu-torch2.14-titan0.3.txt:")
