@@ -38,6 +38,14 @@ PACKAGE_FILES = {"torchtitan": ("torchtitan", "torchtitan_recipes", "assets", "p
 IMPORT_CHECK = {"torchtitan": "import torchtitan.train", "nki-library": "import nkilib_src"}
 
 
+def repository_name(repo: Path) -> str:
+    """How the page names the repository: its origin's URL, else its folder's name (never an
+    absolute path of this machine)."""
+    proc = subprocess.run(["git", "-C", str(repo), "config", "--get", "remote.origin.url"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or Path(repo).resolve().name
+
+
 class RangeError(ValueError):
     """A range or repository the bisection cannot use (one line, exit 2)."""
 
@@ -236,7 +244,7 @@ def run(stack, package: str, repo: Path, range_text: str, selection: list[str], 
     state["contracts"] = changed
     result_bisect = bisect(commits, test, changed, ends[0].outcomes, say=say) if changed else {"flips": []}
     result = {
-        "package": package, "range": range_text, "repository": str(repo), "stack": stack.name,
+        "package": package, "range": range_text, "repository": repository_name(repo), "stack": stack.name,
         "selection": selection, "commits": len(commits), "changed": changed,
         "good_outcomes": {n: ends[0].outcomes.get(n) for n in changed},
         "bisect": result_bisect,
