@@ -127,6 +127,7 @@ def _adamw_reference(run, rank: int, steps: int, groups: list[dict], schedule, *
 
     names = run.optimizer_steps(rank)[0]["param_names"]
     first = run.optimizer_tensors(rank, 1)
+    form = _adamw_form(run.resolved_config())
     out = {}
     for i in sorted({int(k.split(".")[0][5:]) for k in first}):
         before = first[f"param{i}.before"]
@@ -137,7 +138,7 @@ def _adamw_reference(run, rank: int, steps: int, groups: list[dict], schedule, *
         kwargs = {"betas": tuple(kwargs.get("betas", (0.9, 0.999))), "eps": float(kwargs.get("eps", 1e-8)),
                   "weight_decay": float(kwargs.get("weight_decay", 0.01)), **changed}
         param = torch.nn.Parameter(before.clone())
-        optimizer = torch.optim.AdamW([param], lr=base_lr, **_adamw_form(run.resolved_config()), **kwargs)
+        optimizer = torch.optim.AdamW([param], lr=base_lr, **form, **kwargs)
         rates = lr_schedule.learning_rates(base_lr, schedule, steps)
         trajectory = []
         for step in range(1, steps + 1):
