@@ -1,12 +1,16 @@
 """The trn2 install (``bash scripts/install-trn2.sh``), run by the target environment's python.
 
-1. Record the protected packages (torch and the Neuron stack, transformers, torchtitan).
-2. ``pip install --no-deps -e .``: the suite itself, nothing else.
-3. The suite's own dependencies (pyproject ``[project] dependencies``) that are missing, and
-   only those, with every installed distribution pinned to its version (``-c``): an install
-   that would change anything already there fails instead.
+1. Record every installed distribution; the protected ones (torch and the Neuron stack,
+   transformers, torchtitan) must be there.
+2. The suite's own dependencies (pyproject ``[project] dependencies``, ranges) that are
+   missing or outside their range are resolved first with ``pip install --dry-run``, every
+   installed distribution pinned to its version (``-c``). One whose range the environment's
+   version does not meet, or that cannot install without changing what is there, stops the
+   install before anything is written, with pip's own reason.
+3. ``pip install --no-deps -e .``: the suite itself, then the missing dependencies.
 4. Check: the protected packages are exactly as before, and ``pip check`` shows no problem
-   that was not there before.
+   that was not there before. Print what the install changed (added distributions, and any
+   version that moved).
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 REPO = Path(__file__).resolve().parent.parent
+SUITE = "qwen3-trn-conformance"
 PROTECTED = ("torch", "torch-neuronx", "neuronx-cc", "nki", "nki-library", "transformers", "torchtitan",
              "torchtitan-neuron", "libneuronxla", "neuronx-cc-stubs")
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
@@ -38,6 +43,47 @@ def pip_check() -> set[str]:
     return {line.strip() for line in proc.stdout.splitlines() if line.strip() and "No broken" not in line}
 
 
+def suite_requirements() -> list[Requirement]:
+    return [Requirement(d) for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+
+
+def unmet(requirements: list[Requirement], have: dict[str, str]) -> tuple[list[Requirement], list[str]]:
+    """(the requirements to install: not installed), (those installed outside their range,
+    each as a sentence): the suite never moves a version the environment already has."""
+    missing, outside = [], []
+    for req in requirements:
+        version = have.get(canonicalize_name(req.name))
+        if version is None:
+            missing.append(req)
+            continue
+        try:
+            ok = req.specifier.contains(Version(version), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            outside.append(f"{req.name} {version} is installed; the suite needs {req}")
+    return missing, outside
+
+
+def pip_reason(output: str) -> str:
+    """pip's explanation of a failed resolution: from "The conflict is caused by" (stdout) or
+    the ERROR lines, whichever it printed."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if "conflict is caused by" in line:
+            return "\n".join(l for l in lines[i:i + 12] if l.strip())
+    errors = [l for l in lines if l.startswith("ERROR")]
+    return "\n".join(errors[-6:]) or "\n".join(lines[-6:])
+
+
+def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    added = [f"+ {name} {after[name]}" for name in sorted(after) if name not in before]
+    moved = [f"~ {name} {before[name]} -> {after[name]}" for name in sorted(after)
+             if name in before and before[name] != after[name]]
+    removed = [f"- {name} {before[name]}" for name in sorted(before) if name not in after]
+    return added + moved + removed
+
+
 def main() -> int:
     before = installed()
     missing_stack = [p for p in ("torch", "torch-neuronx", "torchtitan", "transformers") if p not in before]
@@ -46,25 +92,41 @@ def main() -> int:
               f"{', '.join(missing_stack)} not installed (activate the Neuron venv, or the container's "
               "python, first)", file=sys.stderr)
         return 2
+    wanted, outside = unmet(suite_requirements(), before)
+    if outside:
+        print("install-trn2: this environment has a version the suite cannot use, and the install never "
+              "moves one (nothing was changed):\n  " + "\n  ".join(outside), file=sys.stderr)
+        return 1
     problems_before = pip_check()
-    subprocess.run([*PIP, "install", "--quiet", "--no-deps", "-e", str(REPO)], check=True)
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    wanted = [d for d in deps if canonicalize_name(Requirement(d).name) not in before]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="installed-pins-", delete=False) as f:
+        f.write("".join(f"{name}=={version}\n" for name, version in sorted(before.items()) if name != SUITE))
+    pins = f.name
     if wanted:
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-            f.write("".join(f"{name}=={version}\n" for name, version in sorted(before.items())
-                            if name != "qwen3-trn-conformance"))
-        print(f"install-trn2: installing the suite's missing dependencies: {' '.join(wanted)} "
-              f"(everything installed pinned: {f.name})")
-        proc = subprocess.run([*PIP, "install", "--quiet", "-c", f.name, *wanted])
+        names = " ".join(str(r) for r in wanted)
+        print(f"install-trn2: the suite's missing dependencies: {names} (everything installed pinned: {pins})")
+        dry = subprocess.run([*PIP, "install", "--dry-run", "-c", pins, *map(str, wanted)],
+                             capture_output=True, text=True)
+        if dry.returncode != 0:
+            print("install-trn2: the missing dependencies do not install without changing what the environment "
+                  f"has; nothing was changed. pip says:\n{pip_reason(dry.stdout + dry.stderr)}", file=sys.stderr)
+            return 1
+    subprocess.run([*PIP, "install", "--quiet", "--no-deps", "-e", str(REPO)], check=True)
+    if wanted:
+        proc = subprocess.run([*PIP, "install", "--quiet", "-c", pins, *map(str, wanted)],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
-            print("install-trn2: the missing dependencies do not install without changing what the "
-                  "environment has; nothing was changed", file=sys.stderr)
+            print("install-trn2: installing the missing dependencies failed after the dry run passed; "
+                  f"pip says:\n{pip_reason(proc.stdout + proc.stderr)}", file=sys.stderr)
             return 1
     after = installed()
+    print("install-trn2: what the install changed:\n  " + "\n  ".join(changes(before, after) or ["nothing"]))
     changed = [f"{p}: {before.get(p)} -> {after.get(p)}" for p in PROTECTED if before.get(p) != after.get(p)]
     if changed:
         print(f"install-trn2: a protected package changed: {'; '.join(changed)}", file=sys.stderr)
+        return 1
+    moved = [line for line in changes(before, after) if not line.startswith("+")]
+    if moved:
+        print("install-trn2: a version the environment had moved: " + "; ".join(moved), file=sys.stderr)
         return 1
     new_problems = pip_check() - problems_before
     if new_problems:
