@@ -91,3 +91,76 @@ def test_a_stack_without_an_expectations_file_is_a_usage_error_naming_it(pyteste
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*no expectations file for the stack {stack.stack_id('cpu')}*"
                                  f"{stack.stack_id('cpu')}.txt does not exist*"])
+
+
+def test_a_stack_nobody_has_seen_runs_on_the_nearest_stacks_expectations(pytester):
+    """The first session on a stack with no file of its own (a real Neuron release's labels are
+    unknown until then) runs: the nearest known stack of its tier lends its deviations, each
+    xfail naming the inheritance, and the header says so."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_sample=TESTS)
+    directory = pytester.mkdir("exp")
+    (directory / "cpu-torch0.1-titan9.9.txt").write_text(
+        "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1\n")
+    (directory / "trn2-torch0.1-titan9.9.txt").write_text("")
+    result = pytester.runpytest("-p", "fixtures.expectations", "--expectations-dir", str(directory), "-rx")
+    result.assert_outcomes(passed=2, xfailed=1)
+    out = result.stdout.str()
+    assert f"{stack.stack_id('cpu')}, inherited from cpu-torch0.1-titan9.9 (no file of its own" in out, out
+
+
+def test_the_nearest_stack_shares_the_tier_then_torchtitan_then_torch():
+    """trn2 never inherits from cpu; the same torchtitan label, then its build family (the
+    Neuron fork's next release), win over the same torch."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        for name in ("cpu-torch2.14-titan0.2+neuron.1", "trn2-torch2.14-titan0.2", "trn2-torch2.9-titan0.2+neuron.1",
+                     "rehearsal-trn2-torch2.14-titan0.3"):
+            (Path(d) / f"{name}.txt").write_text("")
+        assert expectations.nearest_stack("trn2-torch2.10-titan0.2+neuron.3", Path(d)) == \
+            "trn2-torch2.9-titan0.2+neuron.1"
+        assert expectations.nearest_stack("trn2-torch2.14-titan0.2+neuron.1", Path(d)) == \
+            "trn2-torch2.9-titan0.2+neuron.1"
+        assert expectations.nearest_stack("trn2-torch2.14-titan0.3", Path(d)) == "trn2-torch2.14-titan0.2"
+        assert expectations.nearest_stack("cpu-torch2.15-titan0.3", Path(d)) == "cpu-torch2.14-titan0.2+neuron.1"
+        assert expectations.nearest_stack("trn3-torch2.9-titan0.2", Path(d)) is None
+
+
+def test_an_inherited_session_is_not_trusted_and_writes_its_own_file(tmp_path):
+    """reports.pins refuses a session that applied another stack's expectations, and
+    reports.write_expectations turns it into the stack's own file: held deviations kept,
+    XPASSes left out, failures listed for review."""
+    import json
+
+    from reports import write_expectations
+    from reports.pins import NotTrusted, trusted
+
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    (exp_dir / "trn2-torch2.9-titan0.2.txt").write_text(
+        "conformance/test_a.py::test_held[trn2] | differs | https://example.invalid/1\n"
+        "conformance/test_a.py::test_fixed[trn2] | was broken | https://example.invalid/2\n")
+    report = {"session": "s1", "complete": True, "rehearsal": False,
+              "expectations": {"trn2": {"stack": "trn2-torch2.9-titan0.2+neuron.3", "how": "nearest",
+                                        "file_stack": "trn2-torch2.9-titan0.2",
+                                        "inherited_from": "trn2-torch2.9-titan0.2"}},
+              "contracts": [{"nodeid": "conformance/test_a.py::test_held[trn2]", "outcome": "xfailed", "tier": "trn2"},
+                            {"nodeid": "conformance/test_a.py::test_fixed[trn2]", "outcome": "xpassed", "tier": "trn2"},
+                            {"nodeid": "conformance/test_a.py::test_new[trn2]", "outcome": "failed", "tier": "trn2",
+                             "message": "E   AssertionError: contract x\nmore"}]}
+    with pytest.raises(NotTrusted, match="another stack's expectations"):
+        trusted({**report, "contracts": report["contracts"][:1]})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps(report))
+    assert write_expectations.main([str(run), "--expectations-dir", str(exp_dir)]) == 0
+    written = (exp_dir / "trn2-torch2.9-titan0.2+neuron.3.txt").read_text()
+    assert "conformance/test_a.py::test_held[trn2] | differs | https://example.invalid/1" in written
+    assert "# no longer deviates on this stack (XPASS), left out: conformance/test_a.py::test_fixed[trn2]" in written
+    assert "# FAILED on this stack, review" in written and "AssertionError: contract x" in written
+    parsed = expectations.parse(exp_dir / "trn2-torch2.9-titan0.2+neuron.3.txt")  # a valid file
+    assert {k: (e.reason, e.link) for k, e in parsed.items()} == {
+        "conformance/test_a.py::test_held[trn2]": ("differs", "https://example.invalid/1")}
+    assert write_expectations.main([str(run), "--expectations-dir", str(exp_dir)]) == 2  # never overwrites

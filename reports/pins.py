@@ -38,6 +38,11 @@ def trusted(report: dict) -> None:
     if report.get("rehearsal"):
         raise NotTrusted("the session was a Neuron dress rehearsal on CPU stand-ins: it is not "
                          "evidence for any stack's versions")
+    inherited = {t: e["file_stack"] for t, e in (report.get("expectations") or {}).items() if e.get("inherited_from")}
+    if inherited:
+        raise NotTrusted("the session applied another stack's expectations ("
+                         + ", ".join(f"{t}: {s}'s" for t, s in sorted(inherited.items()))
+                         + "): write and review the stack's own file first (python -m reports.write_expectations)")
 
 
 def constraints(report: dict) -> str:

@@ -20,7 +20,7 @@ import pytest
 
 from fixtures import repo, session_state
 from fixtures.runs.result import RunResult
-from fixtures.expectations import tier_stack_id
+from fixtures.expectations import expectation_source, own_file_command, tier_stack_id
 from reports import bundle, inventory, summary
 from reports.layout import run_record_path
 from reports.redact import scrub_text
@@ -227,6 +227,27 @@ def _profiles(config: pytest.Config) -> dict:
     return out
 
 
+def _expectation_sources(config: pytest.Config, tiers) -> dict:
+    """Per tier run: whose expectations file applied (its own, or inherited, and from whom)."""
+    out = {}
+    for tier in sorted(tiers):
+        try:
+            out[tier] = expectation_source(config, tier_stack_id(config, tier)).as_dict()
+        except pytest.UsageError as exc:
+            out[tier] = {"stack": tier_stack_id(config, tier), "how": "none", "error": str(exc)}
+    return out
+
+
+def inherited_note(report: dict) -> str | None:
+    """The line the gate and the console give a session whose expectations were inherited."""
+    inherited = {t: e for t, e in (report.get("expectations") or {}).items() if e.get("inherited_from")}
+    if not inherited:
+        return None
+    return "; ".join(f"{t}: stack {e['stack']} has no expectations file of its own, {e['file_stack']}'s "
+                     "were applied: its own deviations are not reviewed yet, so it is not a trusted stack"
+                     for t, e in sorted(inherited.items()))
+
+
 def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
     directory = report_dir(config)
     run_records = []
@@ -241,6 +262,8 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
         "finished_at": time.time() if complete or exitstatus is not None else None,
         "platforms": sorted({r["tier"] for r in config.stash[RECORDS].values() if r.get("tier")}),
         "stack_id": {t: tier_stack_id(config, t) for t in ("cpu", "trn2")},
+        "expectations": _expectation_sources(config, {r["tier"] for r in config.stash[RECORDS].values()
+                                                      if r.get("tier")}),
         "rehearsal": session_state.is_rehearsal(config),
         "platform_profiles": _profiles(config),
         "not_covered": [n for n in session_state.not_covered(config)
@@ -289,6 +312,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         else:
             (report_dir(config) / "gate.txt").write_text(gate_note + "\n")
+    inherited = inherited_note(report)
+    if inherited and (report_dir(config) / "gate.txt").exists():
+        with open(report_dir(config) / "gate.txt", "a") as f:
+            f.write(f"  expectations: {inherited}\n")
     junit = Path(config.option.xmlpath or "")
     if junit.is_file():  # belt and braces: written by pytest's junitxml plugin
         junit.write_text(scrub_text(junit.read_text(), dict(os.environ)))
@@ -307,3 +334,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reporter.write_line(gate_result.text(), red=not gate_result.ok, green=gate_result.ok)
         elif gate_note is not None:
             reporter.write_line(gate_note)
+        if inherited:
+            reporter.write_line(f"expectations: {inherited}", yellow=True)
+            reporter.write_line(f"write this stack's own file from this session (then review it): "
+                                f"{own_file_command(report_dir(config))}")

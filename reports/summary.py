@@ -53,6 +53,12 @@ def render(report: dict, gate_result=None) -> str:
         lines += ["**NEURON DRESS REHEARSAL: the trn2 tier ran on CPU against stand-ins of the Neuron "
                   "layer (torch_neuronx, nkilib, torchtitan_neuron, neuron-ls, /dev/neuron*). This is "
                   "CPU evidence only, never trn2 evidence.**", ""]
+    for tier, source in sorted((report.get("expectations") or {}).items()):
+        if source.get("inherited_from"):
+            lines += [f"**Expectations inherited ({tier}): stack `{source['stack']}` has no expectations file of "
+                      f"its own; `{source['file_stack']}`'s were applied. Its own deviations are not reviewed "
+                      "yet, so it is not a trusted stack: `python -m reports.write_expectations REPORT_DIR` "
+                      "writes its file from this session, for review.**", ""]
     if not report["complete"]:
         lines += ["**INCOMPLETE: the session was interrupted; only finished contracts are listed.**", ""]
     for found in report.get("stack_preflight", []):
