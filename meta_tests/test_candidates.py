@@ -74,3 +74,32 @@ def test_the_upgrade_command_exits_2_with_one_line_on_bad_input(capsys):
     assert upgrade.main(["--candidate", "torchtitan>=0.3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a range is not a stack" in err[0] and "Traceback" not in err[0]
+
+
+# pip 25's output of `pip install torch==2.15.0` under a configured constraint torch<=2.14.1,
+# as printed on this machine (stderr's ERROR lines; the resolver's block is on stdout).
+PIP_CONFLICT_STDOUT = """Looking in indexes: https://pypi.org/simple
+
+The conflict is caused by:
+    The user requested torch==2.15.0
+    The user requested (constraint) torch<=2.14.1
+
+To fix this you could try to:
+1. loosen the range of package versions you've specified
+"""
+PIP_CONFLICT_STDERR = """ERROR: Cannot install torch==2.15.0 because these package versions have conflicting dependencies.
+ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/
+"""
+
+
+def test_a_not_built_candidate_keeps_pips_reason_and_names_the_configured_constraint(monkeypatch, tmp_path):
+    """The NOT BUILT page's message carries pip's "The conflict is caused by" block (stdout)
+    and, when a constraint blocks, the constraint files pip's own configuration applies."""
+    from reports import candidate_env
+
+    monkeypatch.setattr(candidate_env, "pip_constraints", lambda python: ["/etc/corp/pip-constraints.txt"])
+    text = candidate_env.pip_failure(PIP_CONFLICT_STDOUT, PIP_CONFLICT_STDERR, tmp_path / "python")
+    assert "The user requested (constraint) torch<=2.14.1" in text
+    assert "Cannot install torch==2.15.0" in text
+    assert "from its configuration: /etc/corp/pip-constraints.txt" in text and "PIP_CONSTRAINT=/dev/null" in text
+    assert "To fix this" not in text

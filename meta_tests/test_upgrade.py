@@ -203,3 +203,14 @@ def test_real_candidate_end_to_end(tmp_path):
     text = (out / "upgrade.md").read_text()
     assert "**Verdict: " in text and "| transformers | 5.23.0 | 5.24.0 | candidate | index |" in text
     assert str(REPO) not in text and str(tmp_path) not in text  # no machine path on the page
+
+
+def test_the_console_counts_contracts_not_arguments():
+    """A full-tier selection is its options, not '<7 contracts whose outcome changed>'; a list
+    of node ids is counted as contracts."""
+    from reports.upgrade import describe_selection
+
+    full = ["conformance", "-m", "cpu", "--inherit-expectations", "cpu-torch2.14-titan0.3", "-p", "no:x"]
+    assert describe_selection(full) == "conformance -m cpu --inherit-expectations cpu-torch2.14-titan0.3 -p no:x"
+    picked = [f"conformance/test_a.py::test_{i}[cpu]" for i in range(9)] + ["-m", "cpu"]
+    assert describe_selection(picked) == "<9 contracts> -m cpu"

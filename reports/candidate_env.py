@@ -186,6 +186,36 @@ def write_constraints(trusted: Path, changes: list[Change], target: Path) -> Non
     target.write_text("\n".join(lines) + "\n")
 
 
+def pip_constraints(python: Path) -> list[str]:
+    """The constraint files pip applies on its own: its configuration (``pip config list``:
+    ``global.constraint``, ``install.constraint``, a site or user pip.conf) and ``PIP_CONSTRAINT``."""
+    proc = subprocess.run([str(python), "-m", "pip", "config", "list"], capture_output=True, text=True)
+    found = [line.split("=", 1)[1].strip().strip("'\"") for line in proc.stdout.splitlines()
+             if line.split("=", 1)[0].endswith(".constraint")]
+    if os.environ.get("PIP_CONSTRAINT"):
+        found.append(f"{os.environ['PIP_CONSTRAINT']} (PIP_CONSTRAINT)")
+    return found
+
+
+def pip_failure(stdout: str, stderr: str, python: Path) -> str:
+    """pip's own reason for a failed install: its ERROR lines (stderr) and the resolver's
+    "The conflict is caused by:" block (stdout), and the constraint files pip's configuration
+    adds when the conflict names a constraint (a corporate constraints file, a machine cap)."""
+    keep = lambda lines: [l for l in lines if l.strip() and not l.startswith("WARNING: Location")]  # noqa: E731
+    out = keep(stderr.splitlines())[-12:]
+    lines = stdout.splitlines()
+    start = next((i for i, l in enumerate(lines) if "conflict is caused by" in l), None)
+    if start is not None:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("To fix this")), len(lines))
+        out += keep(lines[start:end])
+    if "(constraint)" in stdout + stderr:
+        configured = pip_constraints(python)
+        out.append("constraints pip applies from its configuration: "
+                   + (", ".join(configured) if configured else "none found (pip config list, PIP_CONSTRAINT)")
+                   + "; to lift them for one command: PIP_CONSTRAINT=/dev/null, or PIP_CONFIG_FILE=/dev/null")
+    return "\n".join(out)
+
+
 def build(stack: Stack, pins, say=print, options: InstallOptions = InstallOptions(),
           check: bool = True) -> CandidateEnv:
     """The candidate environment of ``pins`` (candidate strings or ``reports.candidates.Candidate``)
@@ -213,11 +243,12 @@ def build(stack: Stack, pins, say=print, options: InstallOptions = InstallOption
     clone_venv(stack.venv, env.venv)
     install = [a for c in cands for a in c.install]
     say(f"upgrade: pip install {' '.join(options.args() + install)} over the trusted stack")
-    proc = subprocess.run([str(env.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+    # not --quiet: the resolver's "The conflict is caused by:" block is an INFO line on stdout
+    proc = subprocess.run([str(env.python), "-m", "pip", "install", "--disable-pip-version-check",
                            *options.args(), *install], capture_output=True, text=True)
     if proc.returncode != 0:
-        errors = [l for l in proc.stderr.splitlines() if not l.startswith("WARNING: Location")]
-        raise CandidateError(f"pip could not install {' '.join(install)} over {stack.name}:\n" + "\n".join(errors[-20:]))
+        raise CandidateError(f"pip could not install {' '.join(install)} over {stack.name}:\n"
+                             + pip_failure(proc.stdout, proc.stderr, env.python))
     env.changes = diff(installed(stack.venv / "bin" / "python"), installed(env.python), asked)
     for change in env.changes:
         say(f"upgrade:   {change.kind:10} {change.name}: {change.old or 'not installed'} -> {change.new or 'removed'}"

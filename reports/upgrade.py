@@ -51,9 +51,17 @@ def baseline_of(stack: Stack) -> Path:
     return REPO / "reports" / "baselines" / f"{proc.stdout.strip()}.json"
 
 
+def describe_selection(selection: list[str]) -> str:
+    """A long pytest argument list in a few words: how many node ids it names (contracts) and
+    the options it passes, never its argument count called contracts."""
+    nodeids = [a for a in selection if "::" in a]
+    options = " ".join(a for a in selection if "::" not in a)
+    return (f"<{len(nodeids)} contracts> " if nodeids else "") + options
+
+
 def run_suite(env: candidate_env.CandidateEnv, report_dir: Path, selection: list[str]) -> dict:
     """The suite in the candidate environment, its output live on the terminal."""
-    shown = " ".join(selection) if len(selection) <= 6 else f"<{len(selection)} contracts whose outcome changed>"
+    shown = " ".join(selection) if len(selection) <= 6 else describe_selection(selection)
     say(f"upgrade: running `pytest {shown}` in {env.venv}")
     started = time.monotonic()
     proc = subprocess.run([str(env.python), "-m", "pytest", *selection, "--report-dir", str(report_dir)],
