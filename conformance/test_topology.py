@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fixtures import tier_profile, topology
+from fixtures import neuron_host, topology
 from fixtures.rank import probe_files
 from fixtures.runs.plan import WRITEUP_FLAGS
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
@@ -22,10 +22,16 @@ from fixtures.runs.catalogue import DENSE_NATIVE, rank_scaling, two_nodes
 
 pytestmark = pytest.mark.topology
 
-# The write-up's table, as data: (instance, LNC) -> logical cores, or None where rejected.
+# The write-up's table, as data: (instance, LNC) -> logical cores, or None where rejected;
+# trn2n and trn2u are 16 Trainium2 devices like trn2.48xlarge (aws-neuron-sdk trn2-arch.rst;
+# neuron-ls.rst's trn2n.48xlarge example lists 16 devices x 4 logical cores, ids 0-63).
 LOGICAL_CORES = {
     ("trn2.48xlarge", 2): 64,
     ("trn2.48xlarge", 1): 128,
+    ("trn2n.48xlarge", 2): 64,
+    ("trn2n.48xlarge", 1): 128,
+    ("trn2u.48xlarge", 2): 64,
+    ("trn2u.48xlarge", 1): 128,
     ("trn2.3xlarge", 2): 4,
     ("trn2.3xlarge", 1): 8,
     ("trn1.32xlarge", 1): 32,
@@ -81,21 +87,33 @@ def test_lnc_env_and_compiler_flag_must_agree():
         topology.check_lnc_agreement(2, "--logical-nc-config=1")
 
 
+def host_cores(tier) -> tuple[list[int], str]:
+    """The logical cores the session's ranks must hold, and where that comes from: a whole
+    instance's from the write-up's table (ids 0..N-1, as neuron-ls numbers them); a subset
+    (a container or pod, NEURON_RT_VISIBLE_CORES) as neuron-ls listed it at detection."""
+    whole = LOGICAL_CORES.get((tier.instance, tier.lnc))
+    exposed = list(tier.detection.get("cores") or [])
+    if whole is not None and len(exposed) in (0, whole):
+        return list(range(whole)), f"{tier.instance} at LNC={tier.lnc} (the write-up's table)"
+    return exposed, f"the {len(exposed)} cores {tier.detection.get('host', 'the host')} exposes (neuron-ls)"
+
+
 @pytest.mark.only_tiers("trn2", reason="logical NeuronCores exist only on a Neuron host")
 @pytest.mark.slow
 def test_one_rank_per_logical_core(tier, titan_runs):
     """One rank per logical core, read from inside the run: the world is the logical cores
     of the instance at the runtime's LNC (from the write-up's table, not from the profile),
-    every rank runs with that NEURON_LOGICAL_NC_CONFIG and its own NeuronCore."""
-    expected = LOGICAL_CORES[(tier.instance, tier.lnc)]
+    or, on a host that exposes a subset, the cores neuron-ls listed; every rank runs with that
+    NEURON_LOGICAL_NC_CONFIG and its own NeuronCore, as the rank's own environment says."""
+    cores_wanted, source = host_cores(tier)
     run = require_trained(titan_runs.get(DENSE_NATIVE))
-    expect_equal(f"{tier.instance} at LNC={tier.lnc}: one rank per logical core", expected,
+    expect_equal(f"{source}: one rank per logical core", len(cores_wanted),
                  run.placements(0)["world_size"], run)
-    envs = [run.placements(r)["env"] for r in range(expected)]
+    envs = [run.placements(r)["env"] for r in range(run.world_size)]
     expect_equal("every rank runs at the runtime's LNC", {str(tier.lnc)},
                  {e["NEURON_LOGICAL_NC_CONFIG"] for e in envs}, run)
     cores = [str(e["NEURON_RT_VISIBLE_CORES"]) for e in envs]
-    expect_equal("each rank has its own NeuronCore", sorted(str(i) for i in range(expected)),
+    expect_equal(f"each rank has its own NeuronCore of {source}", sorted(map(str, cores_wanted)),
                  sorted(cores), run, detail=f"per rank: {cores}")
 
 
@@ -104,10 +122,11 @@ def test_one_rank_per_logical_core(tier, titan_runs):
 def test_two_nodes_split_the_neuron_cores(tier, titan_runs):
     """Two torchrun agents on one host: each claims its own half of the NeuronCores (LOCAL_RANK
     restarts at 0 on each agent, so cores must be offset), no core claimed twice."""
+    cores_wanted, source = host_cores(tier)
     run = require_trained(titan_runs.get(two_nodes(tier)))
     world = run.placements(0)["world_size"]
     cores = [str(run.placements(r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(world)]
-    expect_equal("the two agents' ranks hold distinct NeuronCores covering the host", sorted(str(i) for i in range(world)),
+    expect_equal(f"the two agents' ranks hold distinct NeuronCores covering {source}", sorted(map(str, cores_wanted)),
                  sorted(cores), run,
                  detail=f"per rank: {cores}")
 
@@ -121,16 +140,31 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
     logical core), and no other process using the runtime on those devices."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     listing = run.probe_json(probe_files.neuron_ls())
-    expect(listing["devices"] is not None, "neuron-ls -j ran inside the run", "a device list",
-           listing, run)
-    held = tier_profile.neuron_processes(listing["devices"])
+    if listing.get("devices") is not None:
+        held = neuron_host.neuron_processes(listing["devices"])
+        per_device = {d["neuron_device"]: d["nc_count"] for d in listing["devices"]}
+        tool = "neuron-ls -j"
+    else:  # a neuron-ls without -j (Neuron 2.21): its plain -a table
+        expect(bool(listing.get("plain")), "neuron-ls -j or -a ran inside the run", "a device list", listing, run)
+        held = neuron_host.table_processes(listing["plain"])
+        per_device = {d: len(ids) for d, ids in neuron_host.neuron_ls_devices(listing["plain"]).items()}
+        tool = "neuron-ls -a"
     ranks = {run.placements(r)["pid"]: r for r in range(run.world_size)}
+    if held and not set(held) & set(ranks):
+        # A container with its own PID namespace: neuron-ls lists the host's pids, which no
+        # rank can see; what stays comparable is how many runtime processes use each device.
+        by_device = {dev: sum(1 for d in held.values() if d == dev) for dev in per_device}
+        expect_equal(f"{tool} lists one runtime process per rank (its pids are another namespace's: "
+                     "counted, not matched)", run.world_size, len(held), run, detail=f"listed: {held}")
+        expect_equal("each device holds one process per logical core",
+                     {dev: n for dev, n in per_device.items() if by_device[dev]},
+                     {d: n for d, n in by_device.items() if n}, run)
+        return
     missing = sorted(r for pid, r in ranks.items() if pid not in held)
-    expect_equal("every rank's process uses a NeuronCore (neuron-ls -j)", [], missing, run,
+    expect_equal(f"every rank's process uses a NeuronCore ({tool})", [], missing, run,
                  detail=f"listed: {held}")
     others = sorted(pid for pid in held if pid not in ranks)
     expect_equal("no process but the ranks uses the devices", [], others, run, detail=f"listed: {held}")
-    per_device = {d["neuron_device"]: d["nc_count"] for d in listing["devices"]}
     counts = {dev: sum(1 for pid in ranks if held.get(pid) == dev) for dev in per_device}
     expect_equal("each device holds one rank per logical core",
                  {dev: n for dev, n in per_device.items() if counts[dev]}, {d: n for d, n in counts.items() if n},
@@ -148,7 +182,7 @@ def test_the_pytest_process_holds_no_neuroncore():
 
     expect("torch_neuronx" not in sys.modules, "torch_neuronx is not imported in the pytest process",
            "not imported", sys.modules.get("torch_neuronx"))
-    held = tier_profile.list_neuron_processes()
+    held = neuron_host.list_neuron_processes()
     expect(isinstance(held, dict), "neuron-ls -j lists the device processes", "a listing", held)
     expect(os.getpid() not in held, "the pytest process uses no NeuronCore", "not listed",
            f"pid {os.getpid()} on device {held.get(os.getpid())}")

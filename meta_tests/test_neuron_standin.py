@@ -34,7 +34,7 @@ from typing import Optional
 import pytest
 import torch
 
-from fixtures import tier_profile, topology
+from fixtures import neuron_host, topology
 from meta_tests import rehearsal_env
 
 pytestmark = pytest.mark.meta
@@ -550,8 +550,8 @@ def test_neuron_ls_output_parses_as_a_trn2_3xlarge(lnc, cores):
     proc = subprocess.run([str(_neuron_ls())], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    instance = tier_profile._INSTANCE_RE.search(out).group(1)
-    ls_lnc = int(tier_profile._LNC_RE.search(out).group(1))
+    instance = neuron_host._INSTANCE_RE.search(out).group(1)
+    ls_lnc = int(neuron_host._LNC_RE.search(out).group(1))
     assert instance == "trn2.3xlarge" and ls_lnc == int(lnc or 2)
     rows = [ln for ln in out.splitlines() if ln.startswith("| 0 ")]
     assert len(rows) == 1

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import tier_profile
+from fixtures import neuron_host, tier_profile
 from fixtures import topology
 from fixtures.repo import SESSION_ENV, WRITEUP_MODULES_DIR
 from fixtures.runs.plan import launch_plan
@@ -75,31 +75,121 @@ def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2,
 
 def test_detection_reads_standin_trn2_host(tmp_path):
     dev, bin_dir = _standin_host(tmp_path)
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={})
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={})
     assert len(found.device_nodes) == 16
     assert found.instance == "trn2.48xlarge"
     assert found.lnc == 2
     # torch-neuronx is really probed, and it is not installed on this machine.
     assert found.torch_neuron != "available"
     assert any("torch.neuron" in m for m in found.missing), found.missing
-    with pytest.raises(tier_profile.NeuronUnavailable, match="torch.neuron is not available"):
+    with pytest.raises(neuron_host.NeuronUnavailable, match="torch.neuron is not available"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
-def test_lnc_env_overrides_neuron_ls(tmp_path):
+def test_lnc_env_disagreeing_with_neuron_ls_is_refused(tmp_path):
+    """NEURON_LOGICAL_NC_CONFIG=1 on a host whose neuron-ls says 2 is a usage error naming both,
+    never 128 ranks at LNC=1 (the cores a rank is given are numbered at the host's LNC)."""
     dev, bin_dir = _standin_host(tmp_path, lnc=2)
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir),
-                                    env={topology.LNC_ENV: "1"})
-    assert found.lnc == 1
-    assert tier_profile.trn2_profile(found.instance, found.lnc, _model_dir(tmp_path)).nproc_per_node == 128
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
+                                      torch_neuron_probe=lambda: "available")
+    with pytest.raises(neuron_host.NeuronUnavailable,
+                       match="NEURON_LOGICAL_NC_CONFIG=1 but neuron-ls reports logical-neuroncore-config: 2"):
+        tier_profile.require_trn2(found, _model_dir(tmp_path))
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "2"},
+                                      torch_neuron_probe=lambda: "available")
+    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).nproc_per_node == 64
+
+
+# Rows of the three layouts neuron-ls.rst has documented (aws-neuron-sdk, trn2n.48xlarge).
+LAYOUT_2_21_BETA = """+--------+--------+---------+--------+---------------+---------+
+| NEURON | NEURON | LOGICAL | NEURON |   CONNECTED   |   PCI   |
+| DEVICE | CORES  |   NC    | MEMORY |    DEVICES    |   BDF   |
++--------+--------+---------+--------+---------------+---------+
+| 0      | 8      | 4       | 96 GB  | 12, 3, 4, 1   | cc:00.0 |
+| 1      | 8      | 4       | 96 GB  | 13, 0, 5, 2   | b5:00.0 |
++--------+--------+---------+--------+---------------+---------+
+"""
+LAYOUT_2_21 = """instance-type: trn2n.48xlarge
+instance-id: i-aabbccdd123456789
+logical-neuroncore-config: 2
++--------+--------+--------+---------------+---------+
+| NEURON | NEURON | NEURON |   CONNECTED   |   PCI   |
+| DEVICE | CORES  | MEMORY |    DEVICES    |   BDF   |
++--------+--------+--------+---------------+---------+
+| 0      | 4      | 96 GB  | 12, 3, 4, 1   | cc:00.0 |
+| 1      | 4      | 96 GB  | 13, 0, 5, 2   | b5:00.0 |
++--------+--------+--------+---------------+---------+
+"""
+LAYOUT_2_25 = """instance-type: trn2n.48xlarge
+instance-id: i-aabbccdd123456789
+logical-neuroncore-config: 2
++--------+--------+----------+--------+---------------+--------------+---------------+------+
+| NEURON | NEURON |  NEURON  | NEURON |   CONNECTED   |     PCI      |      CPU      | NUMA |
+| DEVICE | CORES  | CORE IDS | MEMORY |    DEVICES    |     BDF      |   AFFINITY    | NODE |
++--------+--------+----------+--------+---------------+--------------+---------------+------+
+| 0      | 4      | 0-3      | 96 GB  | 12, 3, 4, 1   | 0000:cc:00.0 | 48-95,144-191 | 1    |
+| 1      | 4      | 4-7      | 96 GB  | 13, 0, 5, 2   | 0000:b5:00.0 | 48-95,144-191 | 1    |
++--------+--------+----------+--------+---------------+--------------+---------------+------+
+"""
+ALL_PROCS_2_25 = """instance-type: trn2n.48xlarge
+instance-id: i-aabbccdd123456789
+logical-neuroncore-config: 2
++--------+--------+--------+---------------+---------+--------+------------------------------------------+---------+
+| NEURON | NEURON | NEURON |   CONNECTED   |   PCI   |  PID   |                 COMMAND                  | RUNTIME |
+| DEVICE | CORES  | MEMORY |    DEVICES    |   BDF   |        |                                          | VERSION |
++--------+--------+--------+---------------+---------+--------+------------------------------------------+---------+
+| 0      | 4      | 96 GB  | 12, 3, 4, 1   | cc:00.0 | 268911 | neuron-bench exec --run-as-cc-neff --... | 2.0.0   |
+|        |        |        |               |         | 269192 | neuron-ls --show-all-procs               | NA      |
++--------+--------+--------+---------------+---------+--------+------------------------------------------+---------+
+| 1      | 4      | 96 GB  | 13, 0, 5, 2   | b5:00.0 | 268912 | neuron-bench exec --run-as-cc-neff --... | 2.0.0   |
++--------+--------+--------+---------------+---------+--------+------------------------------------------+---------+
+"""
+
+
+@pytest.mark.parametrize("output", [LAYOUT_2_21_BETA, LAYOUT_2_21, LAYOUT_2_25], ids=["2.21-beta", "2.21", "2.25"])
+def test_every_documented_neuron_ls_layout_gives_the_same_cores(output):
+    """Device 0 holds logical cores 0-3 and device 1 cores 4-7 at LNC=2 in each layout, read by
+    column name (the 2.21 beta's NEURON CORES are physical, its LOGICAL NC the logical ones)."""
+    assert neuron_host.neuron_ls_devices(output) == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
+    assert neuron_host.table_lnc(output) == 2
+    assert neuron_host.physical_cores_per_device(output, 2) == 8
+
+
+def test_the_plain_process_table_stands_in_for_json():
+    """``neuron-ls -a`` (what a tool without -j offers): runtime processes by device, the
+    tools themselves (runtime version NA) left out."""
+    assert neuron_host.table_processes(ALL_PROCS_2_25) == {268911: 0, 268912: 1}
+
+
+def test_a_host_without_instance_metadata_runs_on_the_cores_it_sees(tmp_path):
+    """A pod given devices 4-5 with no instance-type line: a Trainium2 host by its devices
+    (8 physical cores each), ranks on the cores it was given."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in (4, 5):
+        (dev / f"neuron{i}").touch()
+    rows = "".join(f"| {d}      | 4      | {d * 4}-{d * 4 + 3}    | 96 GB  | x | 0000:6f:00.0 | 0-47 | 0 |\n" for d in (4, 5))
+    table = LAYOUT_2_25.split("\n", 3)[3].rsplit("\n", 4)[0]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "neuron-ls"
+    head = "\n".join(table.splitlines()[:4])
+    tool.write_text("#!/bin/sh\ncat <<'EOF'\nlogical-neuroncore-config: 2\n" + head + "\n" + rows
+                    + table.splitlines()[0] + "\nEOF\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "16-23"},
+                                      torch_neuron_probe=lambda: "available")
+    assert found.instance is None and found.host == "Trainium2 host (instance type not reported)"
+    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
+    assert (profile.nproc_per_node, profile.first_core) == (8, 16)
 
 
 def test_unknown_instance_is_named_not_a_traceback(tmp_path):
     """An instance type the suite has no table for is a missing piece of the usage error."""
     dev, bin_dir = _standin_host(tmp_path, instance="trn3.48xlarge")
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                     torch_neuron_probe=lambda: "available")
-    with pytest.raises(tier_profile.NeuronUnavailable, match="instance type 'trn3.48xlarge' is not one the suite knows"):
+    with pytest.raises(neuron_host.NeuronUnavailable, match="instance type 'trn3.48xlarge' is not one the suite knows"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
@@ -108,23 +198,23 @@ def test_the_other_trn2_48xlarge_types_are_known(tmp_path, instance):
     """trn2n.48xlarge (the instance of the docs' own neuron-ls example) and trn2u.48xlarge
     (trn2-arch.rst) are 16 Trainium2 chips, like trn2.48xlarge: 64 ranks at LNC=2."""
     dev, bin_dir = _standin_host(tmp_path, instance=instance)
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                        torch_neuron_probe=lambda: "available")
     assert tier_profile.require_trn2(found, _model_dir(tmp_path)).nproc_per_node == 64
 
 
 def test_trn1_is_refused_with_the_reason(tmp_path):
     dev, bin_dir = _standin_host(tmp_path, instance="trn1.32xlarge", lnc=1, devices=16)
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
                                        torch_neuron_probe=lambda: "available")
-    with pytest.raises(tier_profile.NeuronUnavailable, match="Trainium1 devices: TorchNeuron needs Trainium2 or Trainium3"):
+    with pytest.raises(neuron_host.NeuronUnavailable, match="Trainium1 devices: TorchNeuron needs Trainium2 or Trainium3"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
 def test_ranks_are_the_cores_the_host_exposes(tmp_path):
     """A container that sees cores 32-63 runs 32 ranks, the first agent's on core 32."""
     dev, bin_dir = _standin_host(tmp_path)
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
                                        env={"NEURON_RT_VISIBLE_CORES": "32-47,48-63"})
     profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
     assert (profile.nproc_per_node, profile.first_core) == (32, 32)
@@ -139,35 +229,35 @@ def test_ranks_are_the_cores_the_host_exposes(tmp_path):
 ])
 def test_views_of_the_cores_that_disagree_are_a_usage_error(tmp_path, devices, listed, env, message):
     dev, bin_dir = _standin_host(tmp_path, devices=devices, listed=listed)
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env=env,
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env=env,
                                        torch_neuron_probe=lambda: "available")
-    with pytest.raises(tier_profile.NeuronUnavailable, match=message):
+    with pytest.raises(neuron_host.NeuronUnavailable, match=message):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
 def test_lnc_env_and_compiler_flag_disagreeing_is_named(tmp_path):
     dev, bin_dir = _standin_host(tmp_path)
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
                                     env={topology.LNC_ENV: "2", "NEURON_CC_FLAGS": "--lnc=1"})
-    with pytest.raises(tier_profile.NeuronUnavailable, match="must agree"):
+    with pytest.raises(neuron_host.NeuronUnavailable, match="must agree"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
 def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
     """A Neuron host without a model folder is not a trn2 session (never a run of skips)."""
     dev, bin_dir = _standin_host(tmp_path)
-    found = tier_profile.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                     torch_neuron_probe=lambda: "available")
-    with pytest.raises(tier_profile.NeuronUnavailable, match="--trn2-model-dir or QWEN3_4B_DIR"):
+    with pytest.raises(neuron_host.NeuronUnavailable, match="--trn2-model-dir or QWEN3_4B_DIR"):
         tier_profile.require_trn2(found, None)
-    with pytest.raises(tier_profile.NeuronUnavailable, match="has no config.json"):
+    with pytest.raises(neuron_host.NeuronUnavailable, match="has no config.json"):
         tier_profile.require_trn2(found, tmp_path / "empty")
     profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
     assert (profile.vocab_size, profile.nproc_per_node) == (151936, 64)
 
 
 def test_no_device_names_every_missing_piece(tmp_path):
-    found = tier_profile.detect_neuron(dev_dir=str(tmp_path), path=str(tmp_path), env={})
+    found = neuron_host.detect_neuron(dev_dir=str(tmp_path), path=str(tmp_path), env={})
     message = "; ".join(found.missing)
     assert "no /dev/neuron* device nodes" in message
     assert "neuron-ls not on PATH" in message
@@ -240,3 +330,54 @@ def test_empty_selection_is_not_green(tmp_path):
     proc = _pytest(tmp_path, "-m", "cpu and meta", "-q", "conformance/test_topology.py")
     assert proc.returncode == pytest.ExitCode.NO_TESTS_COLLECTED
     assert "no test was collected" in proc.stdout
+
+
+# The compiler wrapper's log of a miss, then of a hit, then of a cached failure, as
+# aws-neuron-sdk neuron-caching.rst prints them.
+DOCS_COMPILE_LOG = """\
+2023-08-25 21:51:36.000433: INFO ||NCC_WRAPPER||: Compile cache path: /var/tmp/neuron-compile-cache
+.
+Compiler status PASS
+2023-08-25 21:52:23.000451: INFO ||NCC_WRAPPER||: Compile cache path: /var/tmp/neuron-compile-cache
+2023-08-25 21:52:23.000453: INFO ||NCC_WRAPPER||: Using a cached neff at /var/tmp/neuron-compile-cache/neuronxcc-2.8.0.25+a3ad0f342/MODULE_198775565831884870+d41d8cd9/model.neff. Exiting with a successfully compiled graph.
+INFO ||NCC_WRAPPER||: Compile cache path: /var/tmp/neuron-compile-cache
+INFO ||NCC_WRAPPER||: Got a cached failed neff at /var/tmp/neuron-compile-cache/neuronxcc-2.8.0.25+a3ad0f342/MODULE_12486829708343293975+d41d8cd9/model.neff. Will skip compilation, please set --retry_failed_compilation for recompilation.
+"""
+
+
+def test_compiles_are_counted_by_the_documented_sequence():
+    """"Compile cache path:" opens every graph, a hit as well as a miss: one compile, one hit
+    and one cached failure here, not three compiles."""
+    from fixtures.runs.result import compile_cache_events
+
+    assert compile_cache_events(DOCS_COMPILE_LOG) == {"compiled": 1, "cached": 1, "cached_failure": 1}
+    assert compile_cache_events("nothing compiled\n") is None
+
+
+def test_the_suite_does_not_force_compiler_wrapper_flags(tmp_path):
+    """--retry_failed_compilation is the torch-xla flow's wrapper flag (neuron-caching.rst):
+    the ranks get NEURON_CC_FLAGS as the user set it, and both cache settings."""
+    env = dict(tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path)).rank_env)
+    assert "NEURON_CC_FLAGS" not in env
+    assert env["NEURON_COMPILE_CACHE_URL"] == env["TORCH_NEURONX_NEFF_CACHE_DIR"] == tier_profile.DOCS_COMPILE_CACHE
+
+
+def test_cores_another_process_holds_are_named_before_a_launch(tmp_path):
+    """Another user's or container's process using the runtime on a device of the session's
+    cores (neuron-ls -j) is named with its pid and device; one on another device is not."""
+    import json
+
+    listing = [{"neuron_device": 0, "nc_count": 4, "neuroncore_ids": [0, 1, 2, 3],
+                "neuron_processes": [{"pid": 999999, "command": "python train.py", "neuron_runtime_version": "2.0.0"},
+                                     {"pid": 999998, "command": "neuron-ls -j", "neuron_runtime_version": "NA"}]},
+               {"neuron_device": 1, "nc_count": 4, "neuroncore_ids": [4, 5, 6, 7],
+                "neuron_processes": [{"pid": 999997, "command": "other job", "neuron_runtime_version": "2.0.0"}]}]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "neuron-ls"
+    tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(listing)}\nEOF\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    users = neuron_host.foreign_core_users([0, 1, 2, 3], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, set(), env=env)
+    assert users == ["pid 999999 (not visible here (another PID namespace?)) on device 0"], users
+    assert neuron_host.foreign_core_users([4], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, {999997}, env=env) == []

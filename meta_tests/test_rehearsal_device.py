@@ -152,7 +152,7 @@ def test_the_neuron_compile_backend_keeps_a_cache_and_a_killed_compile_does_not_
     """torch.compile(backend="neuron") in the documented cache layout with the documented
     lines: a first compile misses, the same graph then hits; a compile left marked failed
     (as a killed one is) is skipped and fails, unless --retry_failed_compilation is in
-    NEURON_CC_FLAGS, which every trn2 rank gets (fixtures.tier_profile.compile_cache_env)."""
+    NEURON_CC_FLAGS, as documented (the suite never sets it for the user: fixtures.tier_profile)."""
     code = """
     import glob, os, sys, torch
     f = torch.compile(lambda x: (x * 3 + 1).sum(), backend="neuron")

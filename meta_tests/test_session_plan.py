@@ -59,6 +59,18 @@ def test_the_plan_serves_specs_that_differ_only_in_records_with_one_launch(tmp_p
     assert "launches" in plan.text() and "GB of disk" in plan.text()
 
 
+def test_a_launch_with_another_microbatch_shape_is_another_graph(tmp_path):
+    """A NEFF is compiled for its input shapes: two launches that differ only in the local
+    batch (or the sequence length) are two graphs; in the steps, one."""
+    from fixtures.runs.spec import RunSpec
+
+    tier = _trn2(tmp_path)
+    launches = [session_plan.PlannedLaunch(("a",), RunSpec(config="dense_native", **kw), 64, 1.0, 0)
+                for kw in ({}, {"local_batch": 2}, {"seq_len": 8192}, {"steps": 3})]
+    assert len({launch.graph for launch in launches}) == 3
+    assert tier.local_batch == 1
+
+
 def test_the_disk_preflight_refuses_with_the_figures(tmp_path, monkeypatch):
     plan = session_plan.plan(CATALOGUE, _trn2(tmp_path))
     usage = namedtuple("usage", "total used free")

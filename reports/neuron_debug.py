@@ -13,7 +13,9 @@
   since the session started (``NEURON_COMPILE_CACHE_URL``);
 - ``core-dumps.txt``: core dumps written since the session started
   (``NEURON_RT_LOCAL_CORE_DUMP_DIRECTORY``, default ``/tmp/neuron-core-dump``, per
-  neuron-runtime/about/core-dump.rst), listed, not copied.
+  neuron-runtime/about/core-dump.rst), listed, not copied;
+- ``debug-dir.txt``: TorchNeuron's compiler artifacts written since the session started in
+  ``TORCH_NEURONX_DEBUG_DIR`` when the session or its ranks set it, listed, not copied.
 In the dress rehearsal the stand-ins produce the same sources (neuron-ls -a, the compiler
 wrapper's lines and cache entries), so this code runs there too.
 """
@@ -94,3 +96,8 @@ def write(target: Path, tier, results, session_started: float, report_dir: Path,
     found = _newer_files(dumps, session_started)
     write_text(out / "core-dumps.txt", f"# {dumps}, since the session started\n"
                + ("\n".join(found) if found else "none") + "\n")
+    debug_dir = env.get("TORCH_NEURONX_DEBUG_DIR") or os.environ.get("TORCH_NEURONX_DEBUG_DIR")
+    artifacts = _newer_files(Path(debug_dir), session_started) if debug_dir else []
+    write_text(out / "debug-dir.txt", (f"# TORCH_NEURONX_DEBUG_DIR={debug_dir}, since the session started\n"
+                                       + ("\n".join(artifacts) if artifacts else "none") if debug_dir else
+                                       "# TORCH_NEURONX_DEBUG_DIR is not set: no compiler artifacts kept") + "\n")

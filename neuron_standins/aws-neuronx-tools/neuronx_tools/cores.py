@@ -12,10 +12,27 @@ is reserving), matched to the lock files by device and inode. Torch-free.
 
 from __future__ import annotations
 
+import json
 import os
 
-PHYSICAL_CORES = 8  # one Trainium2 device (the rehearsed trn2.3xlarge)
+PHYSICAL_CORES = 8  # per Trainium2 device
 DEFAULT_LOCK_DIR = "/tmp/neuron-rehearsal-cores"
+HOST_ENV = "NEURON_REHEARSAL_HOST"  # a host file of neuron_standins/hosts/ (default: a trn2.3xlarge)
+DEFAULT_HOST = {"name": "trn2.3xlarge", "instance_type": "trn2.3xlarge", "instance_devices": 1, "devices": [0],
+                "lnc": None, "layout": "2.25", "pid_offset": 0, "bdf": ["33"]}
+
+
+def host() -> dict:
+    path = os.environ.get(HOST_ENV)
+    if not path:
+        return DEFAULT_HOST
+    with open(path) as f:
+        return {**DEFAULT_HOST, **json.load(f)}
+
+
+def host_lnc(h: dict) -> int:
+    """The LNC the host is configured with: the host file's, else the runtime's variable."""
+    return int(h["lnc"]) if h.get("lnc") else runtime_lnc()
 
 
 def lock_dir() -> str:
@@ -28,7 +45,8 @@ def runtime_lnc() -> int:
 
 def num_cores() -> int:
     """The instance's logical cores (as the stand-in runtime counts them)."""
-    return int(os.environ.get("NEURON_REHEARSAL_NUM_CORES") or PHYSICAL_CORES // runtime_lnc())
+    h = host()
+    return int(os.environ.get("NEURON_REHEARSAL_NUM_CORES") or h["instance_devices"] * PHYSICAL_CORES // host_lnc(h))
 
 
 def _held_flocks() -> dict[tuple[int, int, int], int]:

@@ -8,8 +8,8 @@ an entry in the compile cache, in the documented layout and with the documented 
 (aws-neuron-sdk about-neuron/arch/neuron-features/neuron-caching.rst): the cache is
 ``NEURON_COMPILE_CACHE_URL`` (default ``/var/tmp/neuron-compile-cache``), an entry is
 ``neuronxcc-<compiler version>/MODULE_<graph hash>+<flags hash>/model.neff`` (here a text file
-saying no NEFF was made), a miss logs ``Compile cache path: <cache>`` and a hit ``Using a
-cached neff at <path>``. A graph whose compile was killed is marked failed
+saying no NEFF was made); every graph logs ``Compile cache path: <cache>`` first, a hit then
+``Using a cached neff at <path>``, a miss ``Compiler status PASS`` once compiled. A graph whose compile was killed is marked failed
 (``model.neff.failed``, our name); later runs log ``Got a cached failed neff at <path>. Will
 skip compilation, please set --retry_failed_compilation for recompilation`` and fail, unless
 ``--retry_failed_compilation`` is in ``NEURON_CC_FLAGS``, as documented.
@@ -53,6 +53,7 @@ def _compile_or_reuse(entry: str, gm, example_inputs, **kwargs):
 
     neff = os.path.join(entry, "model.neff")
     failed = neff + ".failed"
+    _log(f"Compile cache path: {os.path.dirname(os.path.dirname(entry))}")
     if os.path.exists(failed) and "--retry_failed_compilation" not in os.environ.get("NEURON_CC_FLAGS", ""):
         _log(f"Got a cached failed neff at {neff}. Will skip compilation, please set "
              "--retry_failed_compilation for recompilation.")
@@ -60,7 +61,6 @@ def _compile_or_reuse(entry: str, gm, example_inputs, **kwargs):
     if os.path.exists(neff):
         _log(f"Using a cached neff at {neff}. Exiting with a successfully compiled graph.")
     else:
-        _log(f"Compile cache path: {os.path.dirname(os.path.dirname(entry))}")
         with open(failed, "w") as f:  # until the compile completes, as an interrupted one stays
             f.write("rehearsal: compile started\n")
         with open(neff + ".tmp", "w") as f:

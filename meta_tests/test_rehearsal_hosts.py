@@ -1,0 +1,115 @@
+"""The rehearsal over the hosts users have (``neuron_standins/hosts/``), not only the one the
+suite was written for: for each host, ``--plan`` and the topology contracts that launch nothing
+run in the rehearsal environment, and the session starts with the ranks the host's file expects,
+or stops with the usage error it expects.
+
+The launching topology contracts need one rank per core (64 on the 48xlarge types); they
+are not in CI (see README "What has run where" for the launch measured at full size)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fixtures import rehearsal
+from fixtures.repo import SESSION_ENV
+from meta_tests import rehearsal_env
+
+pytestmark = pytest.mark.meta
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTS = rehearsal.host_names()
+
+
+def _session(tmp_path: Path, host: str, *args: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in rehearsal_env.clean_env().items()
+             if k not in (SESSION_ENV, "NEURON_RT_VISIBLE_CORES", "NEURON_LOGICAL_NC_CONFIG")}
+    return subprocess.run(
+        [str(rehearsal_env.require()), "-m", "pytest", "conformance", "-m", "trn2 and topology and not slow",
+         "--neuron-dress-rehearsal", "--rehearsal-host", host, "--report-dir", str(tmp_path / "report"),
+         *args],
+        cwd=REPO, env={**clean, "NEURON_REHEARSAL_LOCK_DIR": str(tmp_path / "locks")},
+        capture_output=True, text=True, timeout=600)
+
+
+def test_the_matrix_has_the_hosts_users_have():
+    """Each host of issue #31's list has a file, and every file names its sources."""
+    assert {"trn2.48xlarge", "trn2n.48xlarge", "trn2u.48xlarge", "trn2.3xlarge", "container-subset",
+            "lnc-disagreement", "older-tools"} <= set(HOSTS)
+    for name in HOSTS:
+        host = rehearsal.load_host(name)
+        assert host["sources"] and host["expect"], name
+
+
+@pytest.fixture(scope="module")
+def host_sessions(tmp_path_factory) -> dict[str, dict[str, subprocess.CompletedProcess | Path]]:
+    """Every host's ``--plan`` session and, where the host is not refused, its topology
+    session, two at a time (each is one process on one core: the machine has two)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rehearsal_env.require()
+    folders = {host: tmp_path_factory.mktemp(host) for host in HOSTS}
+
+    def both(host: str) -> dict:
+        expect = rehearsal.load_host(host)["expect"]
+        out = {"plan": _session(folders[host], host, "--plan"), "folder": folders[host]}
+        if "usage_error" not in expect:
+            out["run"] = _session(folders[host], host, "-q")
+        return out
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(HOSTS, pool.map(both, HOSTS)))
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sessions, host):
+    """``--plan`` prints every launch with the host's rank count, and the topology contracts
+    that launch nothing pass there (the pytest process holds no core, as neuron-ls sees it);
+    a host the suite must refuse stops with the usage error its file names."""
+    expect = rehearsal.load_host(host)["expect"]
+    plan = host_sessions[host]["plan"]
+    out = plan.stdout + plan.stderr
+    if "usage_error" in expect:
+        assert plan.returncode == pytest.ExitCode.USAGE_ERROR, out
+        assert expect["usage_error"] in out, out
+        return
+    assert plan.returncode == 0, out
+    ranks = {int(n) for n in re.findall(r"(\d+) ranks", out)}
+    assert expect["ranks"] in ranks, f"no launch of {expect['ranks']} ranks in the plan:\n{out}"
+    run = host_sessions[host]["run"]
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    assert re.search(r"\b[1-9]\d* passed", out), out
+    report = json.loads((host_sessions[host]["folder"] / "report" / "report.json").read_text())
+    assert report["rehearsal"] is True
+    first, last = expect["first_core"], expect["first_core"] + expect["ranks"] - 1
+    assert f"cores {first}-{last}" in report["platform_profiles"]["trn2"], report["platform_profiles"]["trn2"]
+
+
+def test_the_standin_neuron_ls_prints_each_documented_layout(tmp_path):
+    """The stand-in prints the layout of the host's tools: CORE IDS and -j on the 2.25 layout,
+    neither on the 2.21 one (where -j is refused as an unknown option), host PIDs in a
+    container, no instance-type line without instance metadata."""
+    def neuron_ls(host: str, *args: str) -> subprocess.CompletedProcess:
+        env = rehearsal_env.clean_env(NEURON_REHEARSAL_HOST=str(rehearsal.HOSTS_DIR / f"{host}.json"),
+                                      NEURON_REHEARSAL_LOCK_DIR=str(tmp_path / "locks"))
+        env.pop("NEURON_LOGICAL_NC_CONFIG", None)
+        return subprocess.run([str(rehearsal_env.NEURON_LS), *args], capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    rehearsal_env.require()
+    big = neuron_ls("trn2.48xlarge").stdout
+    assert "instance-type: trn2.48xlarge" in big and "CORE IDS" in big and "| 15 " in big and "60-63" in big
+    assert "12, 3, 4, 1" in big  # CONNECTED DEVICES of device 0, as neuron-ls.rst prints it
+    old = neuron_ls("older-tools")
+    assert "CORE IDS" not in old.stdout and "instance-type: trn2.48xlarge" in old.stdout
+    refused = neuron_ls("older-tools", "-j")
+    assert refused.returncode == 2 and "unrecognized arguments: -j" in refused.stderr
+    pod = neuron_ls("container-subset").stdout
+    assert "instance-type" not in pod and "16-19" in pod and "20-23" in pod
+    assert [int(d) for d in re.findall(r"^\| (\d+) ", pod, re.M)] == [4, 5], pod
+    assert json.loads(neuron_ls("container-subset", "-j").stdout)[0]["neuron_device"] == 4
