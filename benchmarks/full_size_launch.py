@@ -68,7 +68,7 @@ def main() -> int:
             os.symlink(shared_assets, cache / "assets")
         cmd = [sys.executable, "-m", "pytest", "conformance", "-m", "trn2 and topology", "-k", args.select, "-q",
                "--neuron-dress-rehearsal", "--rehearsal-host", args.host, "--conformance-cache", str(cache),
-               "--report-dir", str(Path(tmp) / "report"), "-p", "no:cacheprovider"]
+               "--report-dir", str(Path(tmp) / "report")]
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
