@@ -63,13 +63,25 @@ else
   sources="$TITAN_GIT $NKILIB_GIT"
 fi
 
-want=$(cat pyproject.toml "$constraints" scripts/setup-venv.sh <(echo "$STACK $sources") | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml requirements/cpu-constraints.txt "$constraints" scripts/setup-venv.sh \
+         <(echo "$STACK $sources") | sha256sum | cut -c1-16)
 if [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$want" ]; then
   echo "$venv" >&3
   exit 0
 fi
 echo "setup-venv: building $venv for stack $STACK (wheels from ${wheelhouse:-their git repositories})" >&2
-[ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
+case "$STACK" in
+  # The other torchtitan stacks start as the reference stack's venv cloned with hard links
+  # (torch, the CUDA wheels and the rest shared, never copied or unpacked again); then only
+  # torchtitan and what its constraints differ in are installed, and what they lack removed.
+  titan-5059f32|titan-b5bcd76)
+    base=$(bash scripts/setup-venv.sh titan-0.3.0)
+    rm -rf "$venv"
+    "$base/bin/python" -c 'import sys; from pathlib import Path
+from reports.candidate_env import clone_venv
+clone_venv(Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve())' "$base" "$venv" ;;
+  *) [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv" ;;
+esac
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 # torch 2.14.1 first: a CUDA build that runs without a GPU; on these machines pip takes it
 # (and the nvidia wheels) from local disk. The constraints pin every transitive package.
@@ -80,6 +92,20 @@ case "$STACK" in
   titan-5059f32|titan-b5bcd76)
                  "${pip[@]}" -c "$constraints" -e . torch==2.14.1 transformers==5.23.0 triton==3.8.0 "$titan_src" ;;
 esac
+# A cloned venv keeps nothing its constraints do not name (the reference stack's torchtitan
+# dependencies), so it holds what a venv built from nothing would.
+"$venv/bin/python" - "$constraints" <<'PY'
+import json, subprocess, sys
+from packaging.utils import canonicalize_name
+wanted = {canonicalize_name(l.split("==")[0]) for l in open(sys.argv[1]) if "==" in l and not l.startswith("#")}
+wanted |= {"qwen3-trn-conformance", "nki-library", "torchtitan", "pip", "setuptools", "wheel"}
+have = json.loads(subprocess.run([sys.executable, "-m", "pip", "list", "--format=json"], capture_output=True,
+                                 text=True, check=True).stdout)
+extra = sorted(d["name"] for d in have if canonicalize_name(d["name"]) not in wanted)
+if extra:
+    print(f"setup-venv: removing what {sys.argv[1]} does not name: {' '.join(extra)}", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "-y", *extra], check=True)
+PY
 # nki-library declares neuronx-cc, neuronx-cc-stubs and nki, which exist only on AWS's
 # index (their PyPI names are placeholders); its torch reference needs torch alone.
 "${pip[@]}" --no-deps "$nkilib_src"
