@@ -214,3 +214,44 @@ def test_the_console_counts_contracts_not_arguments():
     assert describe_selection(full) == "conformance -m cpu --inherit-expectations cpu-torch2.14-titan0.3 -p no:x"
     picked = [f"conformance/test_a.py::test_{i}[cpu]" for i in range(9)] + ["-m", "cpu"]
     assert describe_selection(picked) == "<9 contracts> -m cpu"
+
+
+# What require_trained says when the run a contract reads died (fixtures.contract), with the
+# rank's exception as torch 2.13 raised it in every training run at FSDP set-up.
+RUN_DIED = ("AssertionError: contract: the run dense_native trains every step on every rank\n"
+            "  rank 0: exited 1\n"
+            "ValueError: When dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh\n")
+
+
+def test_a_deviation_whose_run_died_is_not_called_still_holding():
+    """A known deviation (xfail) on both sides is "still holding" only when the candidate
+    measured it again; an xfail that came from a run that never trained is "not re-measured",
+    with the run's failure."""
+    base = _report({"a": "xfailed", "b": "xfailed"})
+    cand = _report({"a": "xfailed", "b": "xfailed"})
+    cand["contracts"][0]["failure"] = RUN_DIED
+    cand["contracts"][1]["failure"] = "AssertionError: contract: grad_clip is compiled\n  expected: True\n"
+    result = upgrade_compare.compare(base, cand, CHANGES)
+    assert [c["nodeid"] for c in result["still_holding"]] == ["b"]
+    assert result["not_remeasured"] == [{"nodeid": "a", "why": "not re-measured: its run died of ValueError: When "
+                                         "dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh"}]
+    page = upgrade_compare.render(result, title="t")
+    assert "### Known deviations not re-measured" in page and "its run died of ValueError" in page
+
+
+def test_contracts_whose_run_died_form_one_cause_however_they_quote_it():
+    """Two contracts that read one dead run are one cause, the run's first failure, though one
+    quotes the exception inside its assertion and the other names only the run."""
+    base = _report({"a": "passed", "b": "passed", "c": "passed"})
+    cand = _report({"a": "failed", "b": "failed", "c": "failed"})
+    cand["contracts"][0].update(runs=["k1"], message="AssertionError: contract: export\n  actual: ValueError: When "
+                                "dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh")
+    cand["contracts"][1].update(runs=["k1"], message="AssertionError: contract: the run hf_tied trains every step")
+    cand["contracts"][2].update(runs=["k2"], message="AssertionError: contract: the loss falls\n  actual: 6.1")
+    cand["runs"] = [{"key": "k1", "description": "hf_tied", "ok": False, "launch": {"root_cause": {
+                        "rank": 0, "message": "ValueError: When dp_mesh_dims is provided, all parameters must be "
+                                              "DTensors on the full SPMD mesh", "traceback": ""}}},
+                    {"key": "k2", "description": "dense_native", "ok": True, "launch": {"root_cause": None}}]
+    groups = upgrade_compare.compare(base, cand, CHANGES)["groups"]
+    assert [sorted(g["contracts"]) for g in groups] == [["a", "b"], ["c"]], groups
+    assert groups[0]["cause"].startswith("a run died: ValueError: When dp_mesh_dims is provided")

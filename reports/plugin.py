@@ -204,6 +204,8 @@ class _Collector:
         if report.failed or outcome in ("skipped", "xfailed"):
             text = report.longreprtext if report.failed else str(getattr(report, "wasxfail", "")) or report.longreprtext
             rec["message"] = scrub_text(text[-4000:], dict(os.environ))
+        if outcome == "xfailed" and report.longreprtext:  # the failure itself, beside the recorded reason
+            rec["failure"] = scrub_text(report.longreprtext[-4000:], dict(os.environ))
         for name, value in report.user_properties:
             if name == "run":
                 rec.setdefault("runs", [])

@@ -171,10 +171,31 @@ def cause_owner(cause: str, culprit: str | None) -> str:
     return CANDIDATE
 
 
-def group_failures(contracts: list[dict]) -> list[dict]:
-    """The newly failing contracts grouped by cause (same cause line, same culprit file): the
-    count, whose cause it is, the contracts and one representative repro bundle."""
-    found = [(c, *failure_cause(c.get("message") or "")) for c in contracts if c["category"] == "newly failing"]
+def run_failure(contract: dict, runs_by_key: dict[str, dict]) -> str | None:
+    """The first failure of a run the contract read that died (its launch's root cause: the
+    exception a rank died of), or None: a run failure is the cause of every contract that read
+    that run, however each contract quotes it."""
+    for key in contract.get("runs") or []:
+        run = runs_by_key.get(key) or {}
+        root = (run.get("launch") or {}).get("root_cause") or {}
+        if run and not run.get("ok", True) and (root.get("message") or root.get("traceback")):
+            cause, _ = failure_cause(f"{root.get('traceback') or ''}\n{root.get('message') or ''}")
+            if cause:
+                return cause
+    return None
+
+
+def group_failures(contracts: list[dict], runs_by_key: dict[str, dict] | None = None) -> list[dict]:
+    """The newly failing contracts grouped by cause (a run's first failure where a run they
+    read died; else the same cause line and culprit file): the count, whose cause it is, the
+    contracts and one representative repro bundle."""
+    runs_by_key = runs_by_key or {}
+    found = []
+    for c in contracts:
+        if c["category"] != "newly failing":
+            continue
+        died = run_failure(c, runs_by_key)
+        found.append((c, *((f"a run died: {died}", None) if died else failure_cause(c.get("message") or ""))))
     # a message cut before the raising frame still belongs with the same cause's known culprit
     culprit_of: dict[str, str] = {}
     for _, cause, culprit in found:
@@ -184,10 +205,21 @@ def group_failures(contracts: list[dict]) -> list[dict]:
     for c, cause, culprit in found:
         culprit = culprit or culprit_of.get(cause)
         group = groups.setdefault((cause, culprit), {"cause": cause, "culprit": culprit,
-                                                     "owner": cause_owner(cause, culprit), "contracts": [],
-                                                     "repro_bundle": c.get("repro_bundle")})
+                                                     "owner": cause_owner(cause.removeprefix("a run died: "), culprit),
+                                                     "contracts": [], "repro_bundle": c.get("repro_bundle")})
         group["contracts"].append(c["nodeid"])
     return sorted(groups.values(), key=lambda g: (-len(g["contracts"]), g["cause"]))
+
+
+def deviation_remeasured(before: dict, after: dict) -> str | None:
+    """None where a known deviation was measured again in the candidate; else why not: the
+    candidate's xfail came from a run that did not train (the contract never reached the
+    deviation it records), named by the run's own failure."""
+    failure = after.get("failure") or ""
+    if "contract: the run " in failure and "trains every step on every rank" in failure:
+        cause, _ = failure_cause(failure)
+        return f"not re-measured: its run died of {cause}"
+    return None
 
 
 def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: list[str] | None = None) -> dict:
@@ -203,8 +235,10 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
         if category == "newly failing":
             entry["repro_bundle"] = c.get("repro_bundle")
             entry["message"] = c.get("message") or ""
+            entry["runs"] = c.get("runs") or []
         if category == "unchanged" and entry["before"] == "xfailed" and entry["after"] == "xfailed":
             entry["expectation"] = (c or {}).get("expectation")
+            entry["not_remeasured"] = deviation_remeasured(b, c)
         if category == "upstream fixed":
             entry["expectation"] = (b or {}).get("expectation") or (c or {}).get("expectation")
         contracts.append(entry)
@@ -235,9 +269,11 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     if not candidate.get("complete", False):
         problems.append("the candidate's session did not complete")
     fixed = counts["upstream fixed"]
-    groups = group_failures(contracts)
-    still = [c for c in contracts if c["category"] == "unchanged" and c["before"] == "xfailed"
-             and c["after"] == "xfailed"]
+    groups = group_failures(contracts, {r.get("key"): r for r in candidate.get("runs", []) if r.get("key")})
+    xfails = [c for c in contracts if c["category"] == "unchanged" and c["before"] == "xfailed"
+              and c["after"] == "xfailed"]
+    still = [c for c in xfails if not c.get("not_remeasured")]
+    unmeasured = [c for c in xfails if c.get("not_remeasured")]
     if problems:
         verdict = "FAIL: " + ", ".join(problems)
         if groups:
@@ -267,6 +303,7 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
         "figures_compared": compared_figures,
         "groups": groups,
         "still_holding": [{"nodeid": c["nodeid"], "expectation": c.get("expectation")} for c in still],
+        "not_remeasured": [{"nodeid": c["nodeid"], "why": c["not_remeasured"]} for c in unmeasured],
         "runs": runs,
         "launches": {"baseline": launches(baseline), "candidate": launches(candidate)},
         "pip_check": pip_check or [],
@@ -326,6 +363,9 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
         lines += ["", "### Known deviations still holding", ""]
         lines += [f"- `{c['nodeid']}`" + (f" ({c['expectation']})" if c.get("expectation") else "")
                   for c in result["still_holding"]]
+    if result.get("not_remeasured"):
+        lines += ["", "### Known deviations not re-measured", ""]
+        lines += [f"- `{c['nodeid']}`: {c['why']}" for c in result["not_remeasured"]]
     for key, (heading, _) in CATEGORIES.items():
         picked = [c for c in result["contracts"] if c["category"] == key]
         if not picked or key == "newly failing" and result.get("groups"):
