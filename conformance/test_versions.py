@@ -38,12 +38,14 @@ def test_tier_packages_installed(tier):
     expect_equal(f"the {tier.name} stack is complete", [], missing)
 
 
-def test_torch_is_the_required_build(tier):
-    """The installed torch is the one the stack needs: the tier's pin, or where the tier
-    pins none (trn2) the version torch-neuronx itself requires (a PyPI torch that replaced
-    the Neuron build is caught, with the ``--no-deps`` remedy). A torch-neuronx that declares
-    no torch requirement fails it: then nothing says which torch is right."""
-    problem = inventory.torch_mismatch(tier.torch_pin)
+def test_torch_is_the_required_build(tier, stack_pins):
+    """The installed torch is the one the stack being checked needs: its pin (the tier's, or
+    during an upgrade the candidate's set, ``--stack-constraints``: the pin moves with the
+    candidate), or where the tier pins none (trn2) the version torch-neuronx itself requires
+    (a PyPI torch that replaced the Neuron build is caught, with the ``--no-deps`` remedy). A
+    torch-neuronx that declares no torch requirement fails it: then nothing says which torch
+    is right."""
+    problem = inventory.torch_mismatch(stack_pins.get("torch", tier.torch_pin) if tier.torch_pin else None)
     expect(problem is None, "torch is the build the stack requires", "no mismatch", problem)
 
 

@@ -255,3 +255,34 @@ def test_contracts_whose_run_died_form_one_cause_however_they_quote_it():
     groups = upgrade_compare.compare(base, cand, CHANGES)["groups"]
     assert [sorted(g["contracts"]) for g in groups] == [["a", "b"], ["c"]], groups
     assert groups[0]["cause"].startswith("a run died: ValueError: When dp_mesh_dims is provided")
+
+
+def test_a_torch_upgrade_moves_every_pin_the_suite_keeps():
+    """Promoting a torch release edits every place the suite pins torch (the cpu extra, the
+    venv script, the tier profile), one command each."""
+    moves = upgrade.pin_moves([candidate_env.Change("torch", "2.14.1", "2.15.0", "candidate"),
+                               candidate_env.Change("httpx2", None, "2.16.2", "transitive")])
+    assert "sed -i 's/torch==2.14.1/torch==2.15.0/g' pyproject.toml" in moves
+    assert "sed -i 's/torch==2.14.1/torch==2.15.0/g' scripts/setup-venv.sh" in moves
+    assert "sed -i 's/torch_pin=\"2.14.1\"/torch_pin=\"2.15.0\"/g' fixtures/tier_profile.py" in moves
+    assert not any("httpx2" in m for m in moves)
+
+
+@pytest.mark.parametrize(("pinned", "passes"), [("installed", True), ("9.9.9", False)])
+def test_the_torch_pin_is_the_checked_stacks(tmp_path, pinned, passes):
+    """test_torch_is_the_required_build holds torch to the pins of the stack being checked:
+    with --stack-constraints (the candidate's set during an upgrade) those, not the suite's."""
+    from fixtures import stack
+
+    version = stack.installed_version("torch") if pinned == "installed" else pinned
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text(f"# a candidate's set\ntorch=={version}\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_versions.py", "-m", "cpu", "-q",
+                           "-k", "torch_is_the_required_build", "--stack-constraints", str(constraints),
+                           "--report-dir", str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    if passes:
+        assert proc.returncode == 0 and "1 passed" in out, out
+    else:
+        assert proc.returncode == 1 and "the stack pins torch==9.9.9" in out, out

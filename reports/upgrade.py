@@ -51,6 +51,26 @@ def baseline_of(stack: Stack) -> Path:
     return REPO / "reports" / "baselines" / f"{proc.stdout.strip()}.json"
 
 
+# Where the suite itself pins a package by version, beside the constraints files: the cpu extra,
+# the venv script's first installs, the tier profile's torch pin.
+PIN_FILES = ("pyproject.toml", "scripts/setup-venv.sh", "fixtures/tier_profile.py")
+
+
+def pin_moves(changes, files=PIN_FILES, root: Path = REPO) -> list[str]:
+    """One command per place a changed package is pinned by the suite's own files (``name==old``
+    or ``name_pin="old"``), moving it to the candidate's version."""
+    moves = []
+    for change in changes:
+        if not change.old or not change.new:
+            continue
+        for spelled_old, spelled_new in ((f"{change.name}=={change.old}", f"{change.name}=={change.new}"),
+                                         (f'{change.name}_pin="{change.old}"', f'{change.name}_pin="{change.new}"')):
+            for rel in files:
+                if spelled_old in (root / rel).read_text():
+                    moves.append(f"sed -i 's/{spelled_old}/{spelled_new}/g' {rel}")
+    return moves
+
+
 def describe_selection(selection: list[str]) -> str:
     """A long pytest argument list in a few words: how many node ids it names (contracts) and
     the options it passes, never its argument count called contracts."""
@@ -267,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         baseline = json.loads(baseline_path.read_text())
         inherit = ["--inherit-expectations", trusted_stack_id(stack)]
         carried = trusted_artifacts(stack, out)
+        if env.constraints is not None:  # the pins move with the candidate
+            carried += ["--stack-constraints", str(env.constraints)]
     candidate = run_suite(env, out / "candidate", selection + inherit + carried)
     if selection not in (DEFAULT_SELECTION, ["conformance", "-m", "trn2"]) or args.tier == "trn2":
         # compare only what both ran
@@ -306,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         result["verdict"] += f" (on the selection `pytest {' '.join(selection)}`; not a promotion)"
     elif result["passed"] and stack.constraints is not None:
         promote = [f"cp {env.constraints.relative_to(REPO)} {stack.constraints.relative_to(REPO)}",
+                   *pin_moves(env.changes),
                    f"bash scripts/setup-venv.sh {stack.name}",
                    f"CONFORMANCE_STACK={stack.name} bash scripts/conformance.sh   # gate FAILS on the drift: expected",
                    "python -m reports.baseline reports/out/cpu" + ("" if stack.name == DEFAULT_STACK else f"-{stack.name}")]
