@@ -87,4 +87,40 @@ def test_a_spent_budget_launches_nothing_and_says_what_was_not_run(tmp_path):
     cache.budget_s, cache.launched_s = 100.0, 120.0
     with pytest.raises(SessionBudgetSpent, match="not launched: dense_native steps=10"):
         cache.require_budget_and_disk(DENSE_NATIVE)
-    assert cache.not_launched == ["dense_native steps=10"]
+    assert cache.not_launched == [{"run": "dense_native steps=10", "why": "session budget spent"}]
+
+
+def test_a_cause_that_kills_two_training_runs_before_step_one_stops_the_rest(tmp_path):
+    """torch 2.13 killed every training run at FSDP set-up, and 29 launches each died about
+    17 s in. The second training run a rank's exception kills before step 1 makes it a fact of
+    the stack: no further training run is launched ('not run: <fact>', one entry each in the
+    report); a run that is meant to fail, or died after training, never counts."""
+    from fixtures.launcher import LaunchOutcome
+    from fixtures.runs.cache import StackFactStops
+    from fixtures.runs.catalogue import CATALOGUE
+    from fixtures.runs.result import RunResult
+
+    cache = RunCache(tmp_path / "runs", cpu_profile(), hf_assets=tmp_path, dataset=tmp_path, asset_key="x")
+    fact = "ValueError: When dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh"
+
+    def died(name: str, message: str = fact) -> tuple:
+        spec = CATALOGUE.spec(name, cache.tier)
+        outcome = LaunchOutcome(argv=[], env_added={}, returncode=1, timed_out=False, wall_s=17.0,
+                                console_log=tmp_path / "c", rank_logs={},
+                                root_cause={"rank": 0, "message": f"Traceback ...\n{message}"})
+        return spec, RunResult(spec=spec, key=name, run_dir=str(tmp_path), launch=outcome, steps=[])
+
+    meant_to_fail = next(n for n in CATALOGUE.names(trains=False) if n in CATALOGUE.names(tiers=None))
+    cache.note_death_before_step1(*died(meant_to_fail))
+    cache.note_death_before_step1(*died("dense_native"))
+    cache.require_no_stack_fact(CATALOGUE.spec("schedule_and_clip", cache.tier))  # one death is no fact yet
+    cache.note_death_before_step1(*died("dense_native_kernel_rope", "RuntimeError: something else"))
+    cache.require_no_stack_fact(CATALOGUE.spec("schedule_and_clip", cache.tier))
+    cache.note_death_before_step1(*died("schedule_and_clip"))
+    with pytest.raises(StackFactStops, match="not run: ValueError: When dp_mesh_dims is provided.*native path: "
+                                              "it killed dense_native steps=10, .* before step 1"):
+        cache.require_no_stack_fact(CATALOGUE.spec("uninterrupted", cache.tier))
+    assert cache.not_launched[-1]["why"] == f"not run: {fact}"
+    cache.require_no_stack_fact(CATALOGUE.spec(meant_to_fail, cache.tier))  # a failure on purpose still runs
+    backend = next(n for n in CATALOGUE.names(trains=True) if CATALOGUE.spec(n, cache.tier).path == "hf_backend")
+    cache.require_no_stack_fact(CATALOGUE.spec(backend, cache.tier))  # another path: not this fact's

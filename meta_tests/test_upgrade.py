@@ -242,18 +242,20 @@ def test_a_deviation_whose_run_died_is_not_called_still_holding():
 def test_contracts_whose_run_died_form_one_cause_however_they_quote_it():
     """Two contracts that read one dead run are one cause, the run's first failure, though one
     quotes the exception inside its assertion and the other names only the run."""
-    base = _report({"a": "passed", "b": "passed", "c": "passed"})
-    cand = _report({"a": "failed", "b": "failed", "c": "failed"})
+    base = _report({"a": "passed", "b": "passed", "c": "passed", "d": "passed"})
+    cand = _report({"a": "failed", "b": "failed", "c": "failed", "d": "failed"})
     cand["contracts"][0].update(runs=["k1"], message="AssertionError: contract: export\n  actual: ValueError: When "
                                 "dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh")
     cand["contracts"][1].update(runs=["k1"], message="AssertionError: contract: the run hf_tied trains every step")
     cand["contracts"][2].update(runs=["k2"], message="AssertionError: contract: the loss falls\n  actual: 6.1")
+    cand["contracts"][3].update(message="not run: ValueError: When dp_mesh_dims is provided, all parameters must be "
+                                        "DTensors on the full SPMD mesh (a fact of this stack on the native path: ...)")
     cand["runs"] = [{"key": "k1", "description": "hf_tied", "ok": False, "launch": {"root_cause": {
                         "rank": 0, "message": "ValueError: When dp_mesh_dims is provided, all parameters must be "
                                               "DTensors on the full SPMD mesh", "traceback": ""}}},
                     {"key": "k2", "description": "dense_native", "ok": True, "launch": {"root_cause": None}}]
     groups = upgrade_compare.compare(base, cand, CHANGES)["groups"]
-    assert [sorted(g["contracts"]) for g in groups] == [["a", "b"], ["c"]], groups
+    assert [sorted(g["contracts"]) for g in groups] == [["a", "b", "d"], ["c"]], groups
     assert groups[0]["cause"].startswith("a run died: ValueError: When dp_mesh_dims is provided")
 
 

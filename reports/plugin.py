@@ -273,8 +273,8 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
         "inventory": inventory.inventory(),
         "stack_preflight": [{"tier": c.tier.name, **found}
                             for c in session_state.run_caches(config) for found in c.preflight_results],
-        "not_launched": [{"tier": c.tier.name, "run": spec, "why": "session budget spent"}
-                         for c in session_state.run_caches(config) for spec in c.not_launched],
+        "not_launched": [{"tier": c.tier.name, **refused}
+                         for c in session_state.run_caches(config) for refused in c.not_launched],
         "markexpr": config.option.markexpr,
         "contracts": sorted(config.stash[RECORDS].values(), key=lambda r: r["nodeid"]),
         "runs": run_records,

@@ -195,7 +195,10 @@ def group_failures(contracts: list[dict], runs_by_key: dict[str, dict] | None = 
         if c["category"] != "newly failing":
             continue
         died = run_failure(c, runs_by_key)
-        found.append((c, *((f"a run died: {died}", None) if died else failure_cause(c.get("message") or ""))))
+        message = (c.get("message") or "").strip()
+        if died is None and message.startswith("not run: "):  # stopped by a cause that killed runs before
+            died = _normalised(message.removeprefix("not run: ").split(" (a fact of this stack", 1)[0])[:300]
+        found.append((c, *((f"a run died: {died}", None) if died else failure_cause(message))))
     # a message cut before the raising frame still belongs with the same cause's known culprit
     culprit_of: dict[str, str] = {}
     for _, cause, culprit in found:
