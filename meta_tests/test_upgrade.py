@@ -288,3 +288,25 @@ def test_the_torch_pin_is_the_checked_stacks(tmp_path, pinned, passes):
         assert proc.returncode == 0 and "1 passed" in out, out
     else:
         assert proc.returncode == 1 and "the stack pins torch==9.9.9" in out, out
+
+
+def test_a_build_no_index_serves_is_promoted_as_a_new_stack(tmp_path):
+    """A wheel, git or checkout candidate that passes is not pinned into the trusted stack's
+    constraints (pip could not fetch that version, and the stack's extra requires its own
+    torchtitan): the page gives the steps of a new stack built from a wheelhouse."""
+    from reports.candidates import Candidate
+
+    wheel = Candidate(text="/w/torchtitan-0.2.2+gitabc1234-py3-none-any.whl", kind="wheel", name="torchtitan",
+                      install=("/w/torchtitan-0.2.2+gitabc1234-py3-none-any.whl",), version="0.2.2+gitabc1234")
+    git = Candidate(text="torchtitan @ git+https://github.com/pytorch/torchtitan@abc1234", kind="direct",
+                    name="torchtitan", install=("torchtitan @ git+https://github.com/pytorch/torchtitan@abc1234",),
+                    commit="abc1234def")
+    constraints = REPO / ".cache" / "upgrade" / "x" / "constraints.txt"
+    for cand in (wheel, git):
+        steps = upgrade.new_stack_steps([cand], constraints, STACKS["titan-0.3.0"])
+        text = "\n".join(steps)
+        assert "requirements/cpu-constraints.txt" not in text and "setup-venv.sh titan-0.3.0\n" not in text, text
+        assert "WHEELHOUSE" in text and "SHA256SUMS" in text and "new stack (titan-abc1234)" in text
+        assert "cp .cache/upgrade/x/constraints.txt requirements/cpu-titan-abc1234-constraints.txt" in text
+    assert "pip wheel --no-deps -w WHEELHOUSE torchtitan @ git+" in "\n".join(
+        upgrade.new_stack_steps([git], constraints, STACKS["titan-0.3.0"]))

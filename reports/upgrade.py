@@ -71,6 +71,35 @@ def pin_moves(changes, files=PIN_FILES, root: Path = REPO) -> list[str]:
     return moves
 
 
+def new_stack_steps(cands, constraints: Path, stack) -> list[str]:
+    """Promotion of a build no package index serves (a wheel file, a git reference, a checkout):
+    pinning it in the trusted stack's constraints would name a version pip cannot fetch, and the
+    stack's extra requires its own torchtitan. It becomes a stack of its own, built from a
+    wheelhouse as titan-5059f32 is: the steps, with the names to fill in."""
+    built = [c for c in cands if c.kind != "index"]
+
+    def short(c) -> str:  # a commit, else the version's local label (0.2.2+gitabc1234 -> abc1234)
+        local = (c.version or "").partition("+")[2].removeprefix("git")
+        return (c.commit or local or c.version or "build")[:7]
+
+    name = "-".join(("titan" if c.name == "torchtitan" else c.name) + f"-{short(c)}" for c in built)
+    rel = constraints.relative_to(REPO) if constraints.is_relative_to(REPO) else constraints
+    steps = [f"# {', '.join(c.describe() for c in built)}: a build no index serves; promoting it means a new "
+             f"stack ({name}), not new pins of {stack.name}"]
+    for c in built:
+        if c.kind == "wheel":
+            steps.append(f"cp {c.install[-1]} WHEELHOUSE/")
+        else:
+            steps.append(f"pip wheel --no-deps -w WHEELHOUSE {' '.join(c.install)}")
+    steps += ["(cd WHEELHOUSE && sha256sum *.whl > SHA256SUMS)",
+              f"cp {rel} requirements/cpu-{name}-constraints.txt",
+              f"# add {name} to scripts/setup-venv.sh's stack table (venv, constraints, wheel), as titan-5059f32 is",
+              f"CONFORMANCE_WHEELHOUSE=WHEELHOUSE bash scripts/setup-venv.sh {name}",
+              f"CONFORMANCE_STACK={name} bash scripts/conformance.sh   # no file of its own: inherits the nearest",
+              f"python -m reports.write_expectations reports/out/cpu-{name}   # then review, rerun, and promote its baseline"]
+    return steps
+
+
 def describe_selection(selection: list[str]) -> str:
     """A long pytest argument list in a few words: how many node ids it names (contracts) and
     the options it passes, never its argument count called contracts."""
@@ -326,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     promote = None
     if selection != DEFAULT_SELECTION:
         result["verdict"] += f" (on the selection `pytest {' '.join(selection)}`; not a promotion)"
+    elif result["passed"] and stack.constraints is not None and any(c.kind != "index" for c in cands):
+        promote = new_stack_steps(cands, env.constraints, stack)
+        result["promote"] = promote
+        result["constraints"] = str(env.constraints.relative_to(REPO))
     elif result["passed"] and stack.constraints is not None:
         promote = [f"cp {env.constraints.relative_to(REPO)} {stack.constraints.relative_to(REPO)}",
                    *pin_moves(env.changes),
