@@ -310,3 +310,41 @@ def test_a_build_no_index_serves_is_promoted_as_a_new_stack(tmp_path):
         assert "cp .cache/upgrade/x/constraints.txt requirements/cpu-titan-abc1234-constraints.txt" in text
     assert "pip wheel --no-deps -w WHEELHOUSE torchtitan @ git+" in "\n".join(
         upgrade.new_stack_steps([git], constraints, STACKS["titan-0.3.0"]))
+
+
+def test_a_candidate_matrix_checks_each_set_once_and_writes_one_page(tmp_path, monkeypatch):
+    """--candidate-matrix FILE: each line is one candidate set, checked by the single upgrade
+    check with its own folder and the same options and selection; one page has a row per set
+    (verdict, causes, wall time), a NOT BUILT row with pip's reason; trn2's trusted session is
+    run once and handed to the later rows."""
+    from reports import upgrade_matrix
+
+    matrix = tmp_path / "m.txt"
+    matrix.write_text("# the last torch releases\ntorch==2.15.0\ntorch==2.13.0  # older\n\ntorch==9.9 transformers==1\n")
+    calls = []
+
+    def check(argv):
+        calls.append(argv)
+        folder = Path(argv[argv.index("--out") + 1])
+        folder.mkdir(parents=True)
+        if "torch==9.9" in argv:
+            (folder / "upgrade.md").write_text("# t\n\n**Verdict: NOT BUILT**\n\n```\nThe user requested (constraint) "
+                                               "torch<=2.14.1\n```\n")
+            return 2
+        (folder / "trusted-suite").mkdir()
+        (folder / "upgrade.json").write_text(json.dumps({"verdict": "PASS: kept", "passed": True, "groups": []}))
+        return 0
+
+    out = tmp_path / "out"
+    rc = upgrade_matrix.run(matrix, ["--tier", "trn2", "--", "conformance", "-m", "trn2"], out, check)
+    assert rc == 1  # one row did not build
+    assert [c[c.index("--candidate") + 1] for c in calls] == ["torch==2.15.0", "torch==2.13.0", "torch==9.9"]
+    assert all(c[-3:] == ["conformance", "-m", "trn2"] for c in calls)
+    assert "--baseline-report" not in calls[0] and "--baseline-report" in calls[1]
+    page = (out / "matrix.md").read_text()
+    assert "| `torch==2.15.0` | PASS: kept |" in page and "| `torch==9.9 transformers==1` | NOT BUILT |" in page
+    assert "(constraint) torch<=2.14.1" in page
+    captured = {}
+    monkeypatch.setattr(upgrade_matrix, "run", lambda m, argv, o, c: captured.update(argv=argv, out=o) or 0)
+    assert upgrade.main(["--candidate-matrix", str(matrix), "--out", str(out), "--stack", "titan-0.3.0"]) == 0
+    assert captured["argv"] == ["--stack", "titan-0.3.0"] and captured["out"] == out.resolve()

@@ -194,6 +194,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="the trusted session's report folder to compare with, instead of running it")
     parser.add_argument("--bisect", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--candidate-matrix", type=Path, default=None, metavar="FILE",
+                        help="several candidate sets, one per line, each checked against the one trusted stack; "
+                             "one page with a row per set (reports.upgrade_matrix)")
     return parser.parse_args(argv), selection
 
 
@@ -270,6 +273,15 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.bisect_commits:
         return bisect_commits_main(args, selection)
+    if args.candidate_matrix is not None:
+        from reports import upgrade_matrix
+
+        rest = [a for i, a in enumerate(argv) if a != "--candidate-matrix" and
+                (i == 0 or argv[i - 1] != "--candidate-matrix") and not a.startswith("--candidate-matrix=")]
+        out = (args.out or REPO / "reports" / "out" / "upgrade" / f"matrix-{args.candidate_matrix.stem}").resolve()
+        if args.out is not None:
+            rest = [a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")]
+        return upgrade_matrix.run(args.candidate_matrix, rest, out, main)
     try:
         cands = [candidates.parse(text, git_repo=args.git_repo) for text in args.candidate]
         if args.candidate_set is not None:
