@@ -348,3 +348,25 @@ def test_a_candidate_matrix_checks_each_set_once_and_writes_one_page(tmp_path, m
     monkeypatch.setattr(upgrade_matrix, "run", lambda m, argv, o, c: captured.update(argv=argv, out=o) or 0)
     assert upgrade.main(["--candidate-matrix", str(matrix), "--out", str(out), "--stack", "titan-0.3.0"]) == 0
     assert captured["argv"] == ["--stack", "titan-0.3.0"] and captured["out"] == out.resolve()
+
+
+def test_a_figure_the_trusted_stack_moves_today_is_not_blamed_on_the_candidate():
+    """Two candidates' pages listed the same 16 moved figures; 14 were what the trusted stack
+    measures today on the same checkout. A figure re-measured today is the checkout's move where
+    the candidate equals today's value, the candidate's where it does not; one not re-measured
+    says so."""
+    base = _report({"a": "passed", "b": "passed", "c": "passed"})
+    cand = _report({"a": "passed", "b": "passed", "c": "passed"})
+    today = _report({"a": "passed", "b": "passed"})
+    for report, values in ((base, (1.0, 1.0, 1.0)), (cand, (2.0, 3.0, 4.0)), (today, (2.0, 1.0))):
+        for contract, value in zip(report["contracts"], values):
+            contract["measured"] = {"err": value}
+    today["session"] = "today"
+    result = upgrade_compare.compare(base, cand, CHANGES, today=today)
+    by = {m["nodeid"]: m for m in result["measured"]}
+    assert (by["a"]["stale_baseline"], by["a"]["candidates_move"]) == (True, False)
+    assert (by["b"]["stale_baseline"], by["b"]["candidates_move"]) == (False, True)
+    assert "today" not in by["c"] and result["figures_remeasured_today"] == 2
+    page = upgrade_compare.render(result, title="t")
+    assert "the checkout's (the trusted stack measures the same today): not the candidate's" in page
+    assert "| `c` | err | 1 | - | 4 | not re-measured today |" in page, page

@@ -194,6 +194,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="the trusted session's report folder to compare with, instead of running it")
     parser.add_argument("--bisect", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--trusted-today", action="store_true",
+                        help="cpu: also run the trusted stack on the selection with today's checkout, and mark "
+                             "every moved figure with its value there (the committed baseline may be older than "
+                             "the checkout: a move the trusted stack shows today is not the candidate's); "
+                             "without it, the figures of the trusted stack's cross-version session, which the "
+                             "upgrade runs anyway, are used")
     parser.add_argument("--candidate-matrix", type=Path, default=None, metavar="FILE",
                         help="several candidate sets, one per line, each checked against the one trusted stack; "
                              "one page with a row per set (reports.upgrade_matrix)")
@@ -323,11 +329,18 @@ def main(argv: list[str] | None = None) -> int:
             baseline_path = out / "trusted-suite" / "report.json"
         inherit = ["--inherit-expectations", baseline["stack_id"]["trn2"]]
         carried = []
+        today = None  # the trusted session above is today's
     else:
         baseline_path = baseline_of(stack)
         baseline = json.loads(baseline_path.read_text())
         inherit = ["--inherit-expectations", trusted_stack_id(stack)]
         carried = trusted_artifacts(stack, out)
+        today_report = out / "trusted" / "report.json"
+        if args.trusted_today:
+            trusted = candidate_env.CandidateEnv(stack=stack.name, pins=[], root=stack.venv.parent, venv=stack.venv)
+            run_suite(trusted, out / "trusted-today", selection)
+            today_report = out / "trusted-today" / "report.json"
+        today = json.loads(today_report.read_text()) if today_report.is_file() else None
         if env.constraints is not None:  # the pins move with the candidate
             carried += ["--stack-constraints", str(env.constraints)]
     candidate = run_suite(env, out / "candidate", selection + inherit + carried)
@@ -335,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         # compare only what both ran
         ran = {c["nodeid"] for c in candidate["contracts"]}
         baseline = {**baseline, "contracts": [c for c in baseline["contracts"] if c["nodeid"] in ran]}
-    result = upgrade_compare.compare(baseline, candidate, [asdict(c) for c in env.changes])
+    result = upgrade_compare.compare(baseline, candidate, [asdict(c) for c in env.changes],
+                                     today=today)
     for entry in result["contracts"]:  # bundles relative to this page's folder
         if entry.get("repro_bundle"):
             entry["repro_bundle"] = f"candidate/{entry['repro_bundle']}"

@@ -225,8 +225,29 @@ def deviation_remeasured(before: dict, after: dict) -> str | None:
     return None
 
 
-def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: list[str] | None = None) -> dict:
-    """The upgrade result as JSON-able data. ``changes``: {name, old, new, kind} per package."""
+def mark_against_today(measured: list[dict], today: dict | None) -> int:
+    """Each moved figure that a trusted session of today's checkout also measured gets its value
+    today (``today``), and is marked ``stale_baseline`` where the committed baseline's value is not
+    what the trusted stack measures now (the move is then the checkout's, not the candidate's,
+    when the candidate equals today's). Returns how many figures today's session measured."""
+    if not today:
+        return 0
+    now = {c["nodeid"]: c.get("measured") or {} for c in today.get("contracts", [])}
+    seen = 0
+    for m in measured:
+        if m["name"] in now.get(m["nodeid"], {}):
+            seen += 1
+            m["today"] = now[m["nodeid"]][m["name"]]
+            m["stale_baseline"] = m["today"] != m["before"]
+            m["candidates_move"] = m["today"] != m["after"]
+    return seen
+
+
+def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: list[str] | None = None,
+            today: dict | None = None) -> dict:
+    """The upgrade result as JSON-able data. ``changes``: {name, old, new, kind} per package.
+    ``today``: a trusted session of this checkout (all of the selection, or the cross-version
+    contracts the upgrade runs anyway), to tell a moved figure from a stale baseline."""
     base = {c["nodeid"]: c for c in baseline.get("contracts", [])}
     cand = {c["nodeid"]: c for c in candidate.get("contracts", [])}
     contracts = []
@@ -293,9 +314,13 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
         verdict = "PASS: the candidate keeps every contract of the baseline"
         if still:
             verdict += f", {len(still)} known deviation(s) still holding"
+    remeasured = mark_against_today(measured, today)
     return {
         "verdict": verdict,
         "passed": not problems,
+        "baseline_session": baseline.get("session"),
+        "today_session": (today or {}).get("session"),
+        "figures_remeasured_today": remeasured,
         "baseline_stack": baseline.get("stack_id"),
         "candidate_stack": candidate.get("stack_id"),
         "versions": changes,
@@ -392,10 +417,23 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
             lines.append(f"- {who}: {len(nodeids)} contract(s)")
             lines += [f"  - `{n}`" for n in nodeids]
     lines += ["", "## Figures that moved", ""]
+    if result.get("baseline_session"):
+        lines.append(f"Compared with the trusted session `{result['baseline_session']}`"
+                     + (f"; {result.get('figures_remeasured_today', 0)} of the moved figures re-measured by the "
+                        f"trusted stack today (session `{result['today_session']}`)" if result.get("today_session")
+                        else "; none re-measured on this checkout") + ".")
+        lines.append("")
     if result["measured"]:
-        lines += ["| contract | figure | trusted | candidate |", "|---|---|---|---|"]
+        lines += ["| contract | figure | trusted | trusted today | candidate | whose move |", "|---|---|---|---|---|---|"]
         for m in result["measured"]:
-            lines.append(f"| `{m['nodeid'].split('::', 1)[-1]}` | {m['name']} | {_fmt(m['before'])} | {_fmt(m['after'])} |")
+            if "today" not in m:
+                whose = "not re-measured today"
+            elif not m["candidates_move"]:
+                whose = "the checkout's (the trusted stack measures the same today): not the candidate's"
+            else:
+                whose = "the candidate's" + (" (the baseline is stale too)" if m["stale_baseline"] else "")
+            lines.append(f"| `{m['nodeid'].split('::', 1)[-1]}` | {m['name']} | {_fmt(m['before'])} | "
+                         f"{_fmt(m['today']) if 'today' in m else '-'} | {_fmt(m['after'])} | {whose} |")
     elif result.get("figures_compared", 0):
         lines.append(f"None of the {result['figures_compared']} figures both sessions measured changed.")
     else:
