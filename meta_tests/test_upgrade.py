@@ -370,3 +370,13 @@ def test_a_figure_the_trusted_stack_moves_today_is_not_blamed_on_the_candidate()
     page = upgrade_compare.render(result, title="t")
     assert "the checkout's (the trusted stack measures the same today): not the candidate's" in page
     assert "| `c` | err | 1 | - | 4 | not re-measured today |" in page, page
+
+
+def test_an_attempt_under_other_pip_constraints_has_its_own_id(monkeypatch):
+    """A NOT BUILT attempt under pip's configured cap and a later build with the cap lifted
+    (PIP_CONSTRAINT=/dev/null) are two attempts: two ids, two folders."""
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    capped = candidate_env.candidate_id("titan-0.3.0", ["torch==2.15.0"])
+    monkeypatch.setenv("PIP_CONSTRAINT", "/dev/null")
+    assert candidate_env.candidate_id("titan-0.3.0", ["torch==2.15.0"]) != capped

@@ -104,10 +104,14 @@ def _as_candidates(pins) -> list:
 
 
 def candidate_id(stack: str, pins, options: InstallOptions = InstallOptions()) -> str:
-    """One id per (stack, candidates, install options): the same set in any order is one id;
-    a checkout at another commit is another."""
+    """One id per (stack, candidates, install options, the resolver's own constraints): the same
+    set in any order is one id; a checkout at another commit is another, and so is the same set
+    under another ``PIP_CONSTRAINT`` or ``PIP_CONFIG_FILE`` (a NOT BUILT attempt under a
+    constraint and a later build with it lifted are two attempts, two folders)."""
     norm = sorted(f"{' '.join(c.install)}@{c.commit or ''}" for c in _as_candidates(pins))
-    return hashlib.sha256(json.dumps([stack, norm, options.no_deps, list(options.index_options)]).encode()).hexdigest()[:12]
+    resolver = [os.environ.get("PIP_CONSTRAINT"), os.environ.get("PIP_CONFIG_FILE")]
+    payload = [stack, norm, options.no_deps, list(options.index_options)] + ([resolver] if any(resolver) else [])
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:12]
 
 
 def installed(python: Path) -> dict[str, str]:

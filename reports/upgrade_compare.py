@@ -389,6 +389,11 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
                 lines.append(f"  - ... and {len(g['contracts']) - 12} more")
     if result.get("still_holding"):
         lines += ["", "### Known deviations still holding", ""]
+        recorded = (result.get("baseline_stack") or {}).get("cpu") or (result.get("baseline_stack") or {}).get("trn2")
+        if recorded:
+            lines.append(f"Their reasons were recorded on the trusted stack ({recorded}): where a reason names "
+                         "a package version, it is that stack's, measured again here on the candidate's.")
+            lines.append("")
         lines += [f"- `{c['nodeid']}`" + (f" ({c['expectation']})" if c.get("expectation") else "")
                   for c in result["still_holding"]]
     if result.get("not_remeasured"):
