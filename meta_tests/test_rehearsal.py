@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import plugin, rehearsal
+from fixtures import rehearsal
 from fixtures.repo import SESSION_ENV
 from fixtures.runs.plan import launch_plan
 from fixtures.runs.spec import RunSpec
@@ -29,7 +29,7 @@ def test_standins_are_unreachable_without_the_option(tmp_path):
     stand-in distribution is installed, no stand-in module is importable here or in a launched
     rank, and none of their folders is on sys.path or a rank's PYTHONPATH."""
     assert not rehearsal.active()
-    assert not plugin.stand_in_reachable()
+    assert not any(rehearsal.standin_versions().values())  # no stand-in distribution installed here
     assert not any(str(rehearsal.STANDIN_ROOT) in p for p in sys.path)
     plan = launch_plan(RunSpec(config="dense_native"), tier_profile.cpu_profile(), tmp_path,
                        hf_assets=tmp_path, dataset=tmp_path)

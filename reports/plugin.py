@@ -113,8 +113,7 @@ def _record_run(config: pytest.Config, result: RunResult) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    callspec = getattr(item, "callspec", None)
-    tier = callspec.params.get("tier") if callspec is not None else None
+    tier = session_state.tier_of(item)
     area = next((a for a in areas(item.config) if item.get_closest_marker(a)), None)
     item.user_properties.append(("tier", tier))
     item.user_properties.append(("area", area))
