@@ -19,9 +19,10 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from fresh_cache import fresh_run_cache
 
 import psutil
 
@@ -60,12 +61,7 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONFORMANCE_", "NEURON_", "PYTEST_"))}
     if args.ranks:
         env["NEURON_RT_VISIBLE_CORES"] = f"0-{args.ranks - 1}"
-    with tempfile.TemporaryDirectory(prefix="full-size-", dir=REPO / ".cache") as tmp:
-        cache = Path(tmp) / "cache"
-        cache.mkdir()
-        shared_assets = REPO / ".cache" / "conformance" / "assets"
-        if shared_assets.exists():
-            os.symlink(shared_assets, cache / "assets")
+    with fresh_run_cache("full-size-") as (tmp, cache):
         cmd = [sys.executable, "-m", "pytest", "conformance", "-m", "trn2 and topology", "-k", args.select, "-q",
                "--neuron-dress-rehearsal", "--rehearsal-host", args.host, "--conformance-cache", str(cache),
                "--report-dir", str(Path(tmp) / "report")]

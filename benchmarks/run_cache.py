@@ -16,9 +16,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from fresh_cache import fresh_run_cache
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,13 +30,7 @@ def main() -> int:
     parser.add_argument("-m", dest="markexpr", default="cpu and slow")
     parser.add_argument("paths", nargs="*", default=["conformance"])
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-", dir=REPO / ".cache") as tmp:
-        cache = Path(tmp) / "cache"
-        cache.mkdir()
-        # Reuse the built assets: the benchmark is about launches, not asset building.
-        shared_assets = REPO / ".cache" / "conformance" / "assets"
-        if shared_assets.exists():
-            os.symlink(shared_assets, cache / "assets")
+    with fresh_run_cache("bench-") as (tmp, cache):
         cmd = [sys.executable, "-m", "pytest", *args.paths, "-q", "-m", args.markexpr,
                "--conformance-cache", str(cache), "--report-dir", str(Path(tmp) / "report")]
         if args.xdist:

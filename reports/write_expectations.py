@@ -51,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         print("write_expectations: the session applied each stack's own expectations; nothing to write",
               file=sys.stderr)
         return 2
-    for tier, source in sorted(sources.items()):
-        target = args.expectations_dir / f"{source['stack']}.txt"
-        if target.exists():
-            print(f"write_expectations: {target} exists; not overwritten", file=sys.stderr)
-            return 2
-        inherited = parse(args.expectations_dir / f"{source['file_stack']}.txt")
-        target.write_text(file_text(report, tier, source, inherited))
+    targets = {tier: args.expectations_dir / f"{source['stack']}.txt" for tier, source in sources.items()}
+    existing = [str(t) for t in targets.values() if t.exists()]
+    if existing:
+        print(f"write_expectations: {', '.join(existing)} exists; nothing overwritten", file=sys.stderr)
+        return 2
+    for tier, target in sorted(targets.items()):
+        source = sources[tier]
+        target.write_text(file_text(report, tier, source, parse(args.expectations_dir / f"{source['file_stack']}.txt")))
         print(f"wrote {target}: review it, then rerun the session on its own expectations")
     return 0
 

@@ -76,6 +76,14 @@ def pip_reason(output: str) -> str:
     return "\n".join(errors[-6:]) or "\n".join(lines[-6:])
 
 
+def install_pinned(wanted: list[Requirement], pins: str, mode: str, failing: str) -> bool:
+    """``pip install MODE -c PINS WANTED``; False, with pip's own reason, where it fails."""
+    proc = subprocess.run([*PIP, "install", mode, "-c", pins, *map(str, wanted)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"install-trn2: {failing}. pip says:\n{pip_reason(proc.stdout + proc.stderr)}", file=sys.stderr)
+    return proc.returncode == 0
+
+
 def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
     added = [f"+ {name} {after[name]}" for name in sorted(after) if name not in before]
     moved = [f"~ {name} {before[name]} -> {after[name]}" for name in sorted(after)
@@ -104,20 +112,13 @@ def main() -> int:
     if wanted:
         names = " ".join(str(r) for r in wanted)
         print(f"install-trn2: the suite's missing dependencies: {names} (everything installed pinned: {pins})")
-        dry = subprocess.run([*PIP, "install", "--dry-run", "-c", pins, *map(str, wanted)],
-                             capture_output=True, text=True)
-        if dry.returncode != 0:
-            print("install-trn2: the missing dependencies do not install without changing what the environment "
-                  f"has; nothing was changed. pip says:\n{pip_reason(dry.stdout + dry.stderr)}", file=sys.stderr)
+        if not install_pinned(wanted, pins, "--dry-run", failing="the missing dependencies do not install "
+                              "without changing what the environment has; nothing was changed"):
             return 1
     subprocess.run([*PIP, "install", "--quiet", "--no-deps", "-e", str(REPO)], check=True)
-    if wanted:
-        proc = subprocess.run([*PIP, "install", "--quiet", "-c", pins, *map(str, wanted)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            print("install-trn2: installing the missing dependencies failed after the dry run passed; "
-                  f"pip says:\n{pip_reason(proc.stdout + proc.stderr)}", file=sys.stderr)
-            return 1
+    if wanted and not install_pinned(wanted, pins, "--quiet", failing="installing the missing dependencies "
+                                     "failed after the dry run passed"):
+        return 1
     after = installed()
     print("install-trn2: what the install changed:\n  " + "\n  ".join(changes(before, after) or ["nothing"]))
     changed = [f"{p}: {before.get(p)} -> {after.get(p)}" for p in PROTECTED if before.get(p) != after.get(p)]
