@@ -301,6 +301,44 @@ def test_expert_bias_moves_and_agrees_across_ranks(titan_runs):
                          detail=f"rank 0 vs rank {rank}, experts {diffs[:8]} ({len(diffs)} differ)")
 
 
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+@pytest.mark.slow
+def test_load_balancing_moves_the_bias_against_the_load(titan_runs, record_property):
+    """Auxiliary-loss-free load balancing (Wang et al., arXiv 2408.15664, section 3: each expert's
+    bias grows by u * sign(mean load - its load); torchtitan's ``_update_expert_bias`` the same,
+    centred): at every step and MoE layer, each expert's bias moves up if the tokens routed to it
+    (counted from the router's expert ids on every rank, summed as the update sums them) were
+    fewer than the mean, down if more. A sign flipped in the update still moves a bias, keeps it
+    identical on every rank and routes consistently with it; this is what it breaks. The bias
+    starts at zero (torchtitan's ``init_weights``)."""
+    run = require_trained(titan_runs.get(MOE_NATIVE))
+    per_rank = [run.expert_biases(r) for r in range(run.world_size)]
+    previous: dict[str, list[float]] = {}
+    checked = 0
+    for index in range(run.spec.steps):
+        biases = per_rank[0][index]["bias"]
+        for layer, bias in sorted(biases.items()):
+            counts = [per_rank[r][index].get("loads", {}).get(layer) for r in range(run.world_size)]
+            expect(all(c is not None for c in counts), f"step {index + 1}, {layer}: every rank counted its routed "
+                   "tokens", "a count per expert on every rank", counts, run)
+            load = [sum(col) for col in zip(*counts)]
+            mean = sum(load) / len(load)
+            before = previous.get(layer, [0.0] * len(bias))
+            wrong = [e for e, (n, b, a) in enumerate(zip(load, before, bias))
+                     if n != mean and _sign(a - b) != _sign(mean - n)]
+            checked += sum(1 for n in load if n != mean)
+            expect_equal(f"step {index + 1}, {layer}: every expert's bias moved against its load (up below the "
+                         "mean, down above it)", [], wrong[:8], run,
+                         detail=f"mean load {mean:.1f}; experts {wrong[:4]}: loads {[load[e] for e in wrong[:4]]}, "
+                                f"bias changes {[bias[e] - before[e] for e in wrong[:4]]}")
+            previous[layer] = bias
+    record_property("experts_checked", checked)
+    expect(checked > 0, "some expert's load differed from the mean", "> 0 expert-steps", checked, run)
+
+
 EXPERT_KEY = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight")
 # torchtitan's stacked expert weights: w1 is the gate, w3 the up and w2 the down projection.
 STACKED = {"gate": "w1", "up": "w3", "down": "w2"}
