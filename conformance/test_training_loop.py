@@ -369,3 +369,33 @@ def test_replicated_parameters_agree_across_tp_ranks(tier, titan_runs):
                 differing.append(f"{name} (ranks {rank}/{rank + 1}, max diff {diff:.3g})")
     expect(not differing, "replicated parameters are identical across TP ranks after training",
            "none differ", differing[:10], run, detail=f"{len(replicated)} replicated tensors compared")
+
+
+# The write-up's native config starts from torchtitan's qwen3_32b(), which sets full activation
+# checkpointing (``activation_checkpoint=FullAC.Config()``, torchtitan models/qwen3/config_registry.py;
+# CONTRACTS.md "The three paths"): each block keeps only its input and runs its forward again in
+# the backward. torch.utils.checkpoint's documented contract: the checkpointed function is re-run
+# during the backward pass.
+FULL_AC_FORWARDS_PER_MICROBATCH = 2
+
+
+def test_activation_checkpointing_recomputes_every_block(tier, titan_runs):
+    """With full activation checkpointing configured, every transformer block's forward runs
+    twice per microbatch on every rank: once in the forward pass, once again in the backward
+    (counted inside the ranks on each block's inner module, under its checkpoint wrapper). A
+    wrapper that stops recomputing keeps its module names, losses and memory fit; this is what
+    it breaks. Eager run: a compiled graph recomputes inside the graph, unseen by the hooks."""
+    run = require_trained(titan_runs.get(DENSE_NATIVE))
+    for rank in range(run.world_size):
+        steps = run.block_calls(rank)
+        expect_equal(f"rank {rank} counted the forward passes of every step", list(range(1, run.spec.steps + 1)),
+                     [s["step"] for s in steps], run)
+        for record in steps:
+            expect(record["model"] > 0 and record["blocks"], f"rank {rank} step {record['step']}: the model and its "
+                   "blocks ran forward", "> 0 passes and blocks", record, run)
+            wrong = {block: n for block, n in sorted(record["blocks"].items())
+                     if n != FULL_AC_FORWARDS_PER_MICROBATCH * record["model"]}
+            expect_equal(f"rank {rank} step {record['step']}: every block ran its forward "
+                         f"{FULL_AC_FORWARDS_PER_MICROBATCH} times per microbatch (forward, and again in the "
+                         "backward: full activation checkpointing)", {}, wrong, run,
+                         detail=f"{record['model']} microbatch(es) this step")
