@@ -105,9 +105,13 @@ def test_a_cause_that_kills_two_training_runs_before_step_one_stops_the_rest(tmp
 
     def died(name: str, message: str = fact) -> tuple:
         spec = CATALOGUE.spec(name, cache.tier)
+        log = tmp_path / f"{name}.stderr"  # the rank's own log names the exception; torchrun's summary does not
+        log.write_text(f"Traceback (most recent call last):\n  File \"x.py\", line 1\n{message}\n"
+                       "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
         outcome = LaunchOutcome(argv=[], env_added={}, returncode=1, timed_out=False, wall_s=17.0,
-                                console_log=tmp_path / "c", rank_logs={},
-                                root_cause={"rank": 0, "message": f"Traceback ...\n{message}"})
+                                console_log=tmp_path / "c", rank_logs={0: {"stderr": str(log)}},
+                                root_cause={"rank": 0, "message": "To enable traceback see: "
+                                            "https://pytorch.org/docs/stable/elastic/errors.html"})
         return spec, RunResult(spec=spec, key=name, run_dir=str(tmp_path), launch=outcome, steps=[])
 
     meant_to_fail = next(n for n in CATALOGUE.names(trains=False) if n in CATALOGUE.names(tiers=None))
