@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.contract import expect, expect_clean_exit, require_trained
-from fixtures.runs.catalogue import CATALOGUE, CPU_ONLY, EVERY_TIER
+from fixtures.runs.catalogue import CATALOGUE, CPU_ONLY, EVERY_TIER, TRN2_ONLY
 
 pytestmark = [pytest.mark.runs, pytest.mark.slow]
 
@@ -36,8 +36,16 @@ def test_cpu_run_exits_cleanly(tier, titan_runs, name):
     expect_clean_exit(titan_runs.get(CATALOGUE.spec(name, tier)), tier.gloo_process_group)
 
 
+@pytest.mark.only_tiers("trn2", reason="the trn2 tier's own performance run (the cpu tier measures its "
+                        "pretraining run, which the clean-exit contract above covers)")
+@pytest.mark.parametrize("name", CATALOGUE.names(tiers=TRN2_ONLY, trains=True))
+def test_trn2_run_exits_cleanly(tier, titan_runs, name):
+    """A run only the trn2 tier launches trains and then exits with code 0 on every rank."""
+    expect_clean_exit(titan_runs.get(CATALOGUE.spec(name, tier)), tier.gloo_process_group)
+
+
 @pytest.mark.only_tiers("trn2", reason="device memory per logical NeuronCore exists only on a Neuron device")
-@pytest.mark.parametrize("name", CATALOGUE.names(tiers=EVERY_TIER, trains=True))
+@pytest.mark.parametrize("name", CATALOGUE.names(tiers=EVERY_TIER, trains=True) + CATALOGUE.names(tiers=TRN2_ONLY, trains=True))
 def test_every_rank_fits_its_logical_core(tier, titan_runs, name):
     """Every rank's peak device memory (torchtitan's ``memory/max_reserved(GiB)``, from the
     device module's statistics) is measured and within one logical NeuronCore's memory at

@@ -13,9 +13,13 @@ contract the baseline does not have that failed. Newly passing contracts and new
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fixtures import performance
+from reports.pins import read_report
 
 GOOD = {"passed", "xfailed"}  # xfailed: a known deviation behaving as recorded
 BAD = {"failed", "error", "xpassed"}
@@ -33,6 +37,7 @@ class GateResult:
     evidence_mismatch: str | None = None  # a rehearsal compared as trn2 evidence, or the reverse
     baseline_problem: str | None = None  # a baseline of another stack, or none committed
     baseline_stack: str | None = None
+    performance: list[str] = field(default_factory=list)  # figures against the baseline's; never fail the gate
 
     @property
     def ok(self) -> bool:
@@ -64,6 +69,7 @@ class GateResult:
                        + (": fails the gate" if outcome in BAD else "") + f"): {nodeid}")
         if len(out) == 1:
             out.append("  no version drift, no contract changes")
+        out += [f"  performance: {line}" for line in self.performance]
         return "\n".join(out)
 
 
@@ -100,7 +106,40 @@ def compare(baseline: dict, run: dict) -> GateResult:
         elif was in BAD and now[nodeid] in GOOD:
             result.newly_passing.append(nodeid)
     result.new = [(nodeid, outcome) for nodeid, outcome in sorted(now.items()) if nodeid not in base]
+    result.performance = performance_against(baseline, run)
     return result
+
+
+def _performance_figures(report: dict) -> dict[str, dict]:
+    return {c["nodeid"]: json.loads(c["measured"]["performance"]) for c in report.get("contracts", [])
+            if (c.get("measured") or {}).get("performance")}
+
+
+def performance_against(baseline: dict, run: dict) -> list[str]:
+    """The performance figures against the baseline's: only on the same machine (an absolute
+    time from another machine is not comparable, and the line says so). One launch each, so
+    the interval holds the spread over steps only: informative, never a gate failure; the
+    upgrade check's interleaved launches give the verdict (reports.perf_compare)."""
+    before, after = _performance_figures(baseline), _performance_figures(run)
+    if not after:
+        return []
+    if not before:
+        return ["the baseline has no performance figures"]
+    same = (baseline.get("machine") or {}).get("name")
+    if same != (run.get("machine") or {}).get("name"):
+        return [f"not compared: the baseline was measured on {same or 'an unrecorded machine'}, this session on "
+                f"{(run.get('machine') or {}).get('name', 'an unrecorded machine')}: absolute times of two "
+                "machines are not comparable"]
+    lines = []
+    for nodeid in sorted(set(before) & set(after)):
+        b, a = before[nodeid]["ranks"].get("0"), after[nodeid]["ranks"].get("0")
+        if not (b and a and b.get("steady_times") and a.get("steady_times")):
+            continue
+        step = performance.compare_step_times([tuple(b["steady_times"])], [tuple(a["steady_times"])], 0.0)
+        lines.append(f"{nodeid}: steady step {step.change()}, peak memory {b['peak_memory_gib']:.4g} -> "
+                     f"{a['peak_memory_gib']:.4g} GiB (one launch each: the launch-to-launch noise is not in "
+                     "this interval; the upgrade check judges)")
+    return lines
 
 
 BASELINES = Path(__file__).resolve().parent / "baselines"
@@ -130,7 +169,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("baseline", type=Path)
     parser.add_argument("run", type=Path, help="a report.json, or the report folder holding it")
     args = parser.parse_args(argv)
-    from reports.pins import read_report
 
     result = compare(read_report(args.baseline), read_report(args.run))
     print(result.text())

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import signal
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from fixtures import repo, session_state
-from fixtures.runs.result import RunResult
 from fixtures.expectations import expectation_source, own_file_command, tier_stack_id
-from reports import bundle, inventory, summary
+from fixtures.runs.result import RunResult
+from fixtures.tier_profile import cpu_profile
+from reports import bundle, gate, inventory, neuron_debug, summary
 from reports.layout import run_record_path
 from reports.redact import scrub_text
 
@@ -131,7 +134,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.config.pluginmanager.register(_Collector(session.config), "conformance-collector")
     trn2 = session_state.trn2_profile(session.config)
     if trn2 is not None and not _is_worker(session.config) and not session.config.getoption("--plan"):
-        from reports import neuron_debug
 
         snapshot = report_dir(session.config) / "neuron" / neuron_debug.START_SNAPSHOT
         snapshot.parent.mkdir(parents=True, exist_ok=True)
@@ -218,8 +220,22 @@ class _Collector:
             rec["parameters"] = report.nodeid.split("[", 1)[1].rstrip("]")
 
 
+def machine(config: pytest.Config) -> dict:
+    """What the performance figures belong to: the trn2 instance type (a rehearsal says it is
+    one), else the CPU model, its logical CPUs and memory (a cpu figure is only comparable on
+    the same machine)."""
+    trn2 = session_state.trn2_profile(config)
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+        else platform.processor()
+    host = f"{model} x{psutil.cpu_count()}, {psutil.virtual_memory().total / 2**30:.0f} GiB"
+    if trn2 is not None and trn2.instance:
+        return {"name": f"{trn2.instance}" + (" (rehearsal on " + host + ")" if trn2.rehearsal else ""),
+                "instance": trn2.instance, "host": host}
+    return {"name": host, "host": host}
+
+
 def _profiles(config: pytest.Config) -> dict:
-    from fixtures.tier_profile import cpu_profile
 
     out = {"cpu": cpu_profile().describe()}
     trn2 = session_state.trn2_profile(config)
@@ -266,6 +282,7 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
         "expectations": _expectation_sources(config, {r["tier"] for r in config.stash[RECORDS].values()
                                                       if r.get("tier")}),
         "rehearsal": session_state.is_rehearsal(config),
+        "machine": machine(config),
         "platform_profiles": _profiles(config),
         "not_covered": [n for n in session_state.not_covered(config)
                         if n["tier"] in {r["tier"] for r in config.stash[RECORDS].values()}],
@@ -295,7 +312,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gate_result = None
     gate_note = None
     if baseline_path:
-        from reports import gate
 
         if baseline_path in ("auto", "if-present"):
             candidate = gate.baseline_for(report)

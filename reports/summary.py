@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -141,9 +142,33 @@ def render(report: dict, gate_result=None) -> str:
             ])
         lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "compile cache", "curve"], rows)
         lines.append("")
+    lines += performance_section(report)
     if gate_result is not None:
         lines += ["## Against the baseline", "", "```", gate_result.text(), "```", ""]
     return "\n".join(lines)
+
+
+def performance_section(report: dict) -> list[str]:
+    """The performance contracts' figures per rank, with their spread (fixtures.performance)."""
+    lines = []
+    for c in report["contracts"]:
+        raw = (c.get("measured") or {}).get("performance")
+        if not raw:
+            continue
+        fig = json.loads(raw)
+        machine = report.get("machine") or {}
+        lines += [f"## Performance ({c['nodeid'].rsplit('[', 1)[-1].rstrip(']')})", "",
+                  f"Run `{fig['run']}`; warm-up rule: {fig['warmup_rule']}; compile cache: "
+                  f"{_compile_cache_cell(fig.get('compile_cache'))}; machine: {machine.get('name', 'not recorded')}.",
+                  "Absolute figures belong to this machine: compare them only with a session of the same machine.", ""]
+        rows = [[rank, r["warmup_steps"], f"{r['first_step_s']:.3f}",
+                 f"{r['step_time_s']:.4f} ({r['step_time_p10_s']:.4f}-{r['step_time_p90_s']:.4f})",
+                 f"{r['tokens_per_s']:.0f}", f"{r['peak_memory_gib']:.4f}"
+                 + (f" ({r['peak_of_core_capacity']:.0%} of the core)" if "peak_of_core_capacity" in r else ""),
+                 f"{r['memory_growth_mib_per_step']:.3f}"] for rank, r in sorted(fig["ranks"].items())]
+        lines += _table(["rank", "warm-up steps", "first step s", "steady step s: median (p10-p90)", "tokens/s",
+                         "peak memory GiB", "growth MiB/step"], rows) + [""]
+    return lines
 
 
 def _compile_cache_cell(events: dict | None) -> str:

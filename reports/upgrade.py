@@ -33,7 +33,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from reports import candidate_env, candidates, upgrade_compare
+from fixtures.performance import CPU_PERF, TRN2_PERF
+from reports import bisect_commits, candidate_env, candidates, perf_compare, upgrade_compare, upgrade_matrix
 from reports.stacks import DEFAULT_STACK, REPO, STACKS, Stack
 
 DEFAULT_SELECTION = ["conformance", "-m", "cpu"]
@@ -200,6 +201,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "the checkout: a move the trusted stack shows today is not the candidate's); "
                              "without it, the figures of the trusted stack's cross-version session, which the "
                              "upgrade runs anyway, are used")
+    parser.add_argument("--performance-launches", type=int, default=3, metavar="N",
+                        help="performance sessions of each stack, interleaved trusted/candidate (reports.perf_compare); "
+                             "0: no performance check (the page says so)")
+    parser.add_argument("--accept-performance", action="store_true",
+                        help="a SLOWER/LARGER/LEAKING performance verdict does not fail the upgrade; the page records it")
     parser.add_argument("--candidate-matrix", type=Path, default=None, metavar="FILE",
                         help="several candidate sets, one per line, each checked against the one trusted stack; "
                              "one page with a row per set (reports.upgrade_matrix)")
@@ -243,8 +249,25 @@ def trusted_artifacts(stack: Stack, out: Path) -> list[str]:
     return ["--trusted-artifacts", str(folder)]
 
 
+def performance_check(args, trusted_python: Path, env, out: Path, candidate_extra: list[str],
+                      selection: list[str]) -> dict:
+    """The interleaved performance sessions of both stacks and their verdict (a dict for
+    ``upgrade.json``, with the page's section under ``"lines"``)."""
+    policy = TRN2_PERF if args.tier == "trn2" else CPU_PERF
+    if args.performance_launches <= 0:
+        return {"verdict": "NOT MEASURED", "passed": True, "accepted": False,
+                "lines": ["## Performance: NOT MEASURED", "", "`--performance-launches 0`: step time and memory were "
+                          "not compared; this page says nothing about them.", ""]}
+    rehearsal = [a for a in selection if a == "--neuron-dress-rehearsal"]
+    launches = perf_compare.interleaved(trusted_python, env.python, out / "perf", args.performance_launches,
+                                        tier=args.tier, trusted_extra=rehearsal,
+                                        candidate_extra=rehearsal + candidate_extra, cwd=REPO, say=say)
+    verdict = perf_compare.judge(launches, policy, accepted=args.accept_performance)
+    say(f"upgrade: performance {verdict.verdict}" + "".join(f"; {c.figure} {c.change()}" for c in verdict.comparisons))
+    return {**verdict.to_json(), "lines": perf_compare.render(verdict, policy, launches)}
+
+
 def bisect_commits_main(args, selection: list[str]) -> int:
-    from reports import bisect_commits
 
     package, range_text = args.bisect_commits
     stack = STACKS[args.stack]
@@ -280,7 +303,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.bisect_commits:
         return bisect_commits_main(args, selection)
     if args.candidate_matrix is not None:
-        from reports import upgrade_matrix
 
         rest = [a for i, a in enumerate(argv) if a != "--candidate-matrix" and
                 (i == 0 or argv[i - 1] != "--candidate-matrix") and not a.startswith("--candidate-matrix=")]
@@ -363,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     result["candidate_report"] = "candidate"
     result["selection"] = selection
     result["candidates"] = [c.to_json() for c in cands]
+    trusted_python = (args.trusted_venv or stack.venv) / "bin" / "python" if args.tier == "trn2" else stack.venv / "bin" / "python"
+    result["performance"] = performance_check(args, trusted_python, env, out, inherit + carried, selection)
+    if not result["performance"]["passed"]:
+        result["passed"] = False
+        result["verdict"] = f"FAIL (performance {result['performance']['verdict']})" + result["verdict"].removeprefix("PASS")
     changed = [c["nodeid"] for c in result["contracts"] if c["category"] not in ("unchanged", "new", "missing")]
     bisect_result = None
     asked = [c for c in env.changes if c.kind == "candidate"]

@@ -24,6 +24,12 @@ CATEGORIES = {
 }
 
 
+# Measured values that are not compared as figures: the export manifest (its dtypes are, below)
+# and the performance figures (judged by the noise model of reports.perf_compare, never by
+# equality of one launch each).
+NOT_A_FIGURE = {"export_manifest", "performance"}
+
+
 def categorize(before: str | None, after: str | None, message: str = "") -> str:
     if after is None:
         return "missing"
@@ -270,7 +276,7 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     measured, unchanged_figures, compared_figures = [], [], 0
     for nodeid in sorted(set(base) & set(cand)):
         mb, mc = base[nodeid].get("measured") or {}, cand[nodeid].get("measured") or {}
-        pairs = [(name, mb[name], mc[name]) for name in sorted(set(mb) & set(mc)) if name != "export_manifest"]
+        pairs = [(name, mb[name], mc[name]) for name in sorted(set(mb) & set(mc)) if name not in NOT_A_FIGURE]
         db, dc = _exported_dtypes(base[nodeid]), _exported_dtypes(cand[nodeid])
         if db and dc:
             pairs.append(("exported dtypes", db, dc))
@@ -421,7 +427,8 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
         for who, nodeids in groups.items():
             lines.append(f"- {who}: {len(nodeids)} contract(s)")
             lines += [f"  - `{n}`" for n in nodeids]
-    lines += ["", "## Figures that moved", ""]
+    lines += [""] + (result.get("performance") or {}).get("lines", [])
+    lines += ["## Figures that moved", ""]
     if result.get("baseline_session"):
         lines.append(f"Compared with the trusted session `{result['baseline_session']}`"
                      + (f"; {result.get('figures_remeasured_today', 0)} of the moved figures re-measured by the "
@@ -452,6 +459,8 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
               f"({result['launches']['baseline']['launched']} launched in it, the rest from the run cache), "
               f"candidate session {result['launches']['candidate']['runs']} "
               f"({result['launches']['candidate']['launched']} launched).", "",
+              "Step time and memory here are one launch of each, not judged (the Performance section "
+              "judges them over interleaved launches).", "",
               "| run | step-1 loss | step time s | peak memory GiB |", "|---|---|---|---|"]
     for r in result["runs"]:
         b, a = r["before"], r["after"]

@@ -46,12 +46,15 @@ def row_result(folder: Path) -> dict:
 
 
 def render(entries: list[dict], title: str) -> str:
-    lines = [f"# {title}", "", "| candidates | verdict | causes of new failures | wall |", "|---|---|---|---|"]
+    lines = [f"# {title}", "", "| candidates | verdict | causes of new failures | performance | wall |",
+             "|---|---|---|---|---|"]
     for e in entries:
         causes = "; ".join(f"{len(g['contracts'])} x `{g['cause'][:80]}`" for g in e["result"].get("groups", [])[:3])
         if e["result"].get("reason"):
             causes = "; ".join(e["result"]["reason"])[:300]
-        lines.append(f"| `{' '.join(e['candidates'])}` | {e['result']['verdict']} | {causes or '-'} | "
+        perf = e["result"].get("performance") or {}
+        shown = perf.get("verdict", "-") + "".join(f"; {c['change']}" for c in perf.get("comparisons", [])[:1])
+        lines.append(f"| `{' '.join(e['candidates'])}` | {e['result']['verdict']} | {causes or '-'} | {shown} | "
                      f"{e['wall_s']:.0f} s |")
     lines += ["", "Each row's page: `row-N/upgrade.md`."]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,74 @@
+"""Performance contracts: a steady state is reached and measured, and device memory does not
+grow in it.
+
+The run is the tier profile's ``performance_run`` (cpu: the 200-step pretraining run the tier
+launches anyway; trn2: the write-up's run with its RoPE kernel override on every layer, 30
+steps). Its figures come from torchtitan's own metric
+processor on every rank (``time_metrics/end_to_end(s)``, ``throughput(tps)``,
+``memory/max_reserved(GiB)``), split into warm-up and steady state by the rule of
+``fixtures.performance`` (stated and tested there, not "skip step 1"). The figures go into
+``report.json`` (``measured.performance``) and ``summary.md`` with their spread; the upgrade
+check compares them between stacks with the measured noise model (``reports.perf_compare``).
+A slower step is never a red here: whether a step is slow is a comparison, not a threshold on
+one machine's absolute time. What is a red here is what no machine excuses: no steady state,
+a figure that cannot be measured, and memory that keeps growing (a leak, against the tier's
+bound ``TierProfile.performance.leak_mib_per_step``, measured by A/A runs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from fixtures import performance
+from fixtures.contract import expect, require_trained
+from fixtures.runs.catalogue import CATALOGUE
+
+pytestmark = [pytest.mark.perf, pytest.mark.slow]
+
+
+def _figures(tier, titan_runs):
+    run = require_trained(titan_runs.get(CATALOGUE.spec(tier.performance_run, tier)))
+    return run, performance.run_figures({rank: run.rank_steps(rank) for rank in range(run.world_size)})
+
+
+def test_steady_state_is_reached_and_measured(tier, titan_runs, record_property):
+    """Every rank of the performance run reaches a steady state by the warm-up rule (at least
+    ``MIN_STEADY_STEPS`` steps after the warm-up) and has a finite, positive steady step time,
+    tokens/s and peak device memory. Records each rank's figures, the first step's time with
+    the compile cache's state beside it (on trn2 the first step is the compile), and on trn2
+    each rank's peak against its logical core's capacity."""
+    run, figures = _figures(tier, titan_runs)
+    expect(len(figures) == run.world_size, "every rank logged its steps", run.world_size, len(figures), run)
+    capacity = tier.device_memory_bytes / 2**30 if tier.device_memory_bytes else None
+    recorded = {"run": run.spec.describe(), "compile_cache": run.compile_cache(),
+                "warmup_rule": f"step 1, then the last first-half step over {performance.WARMUP_FACTOR}x "
+                               "the second half's median", "ranks": {}}
+    for rank, fig in sorted(figures.items()):
+        recorded["ranks"][rank] = fig.to_json()
+        if capacity:
+            recorded["ranks"][rank]["peak_of_core_capacity"] = fig.peak_memory_gib / capacity
+    record_property("performance", json.dumps(recorded, sort_keys=True))
+    for rank, fig in sorted(figures.items()):
+        expect(fig.steady, f"rank {rank}: a steady state after the warm-up rule (fixtures.performance)",
+               f">= {performance.MIN_STEADY_STEPS} steady steps", f"{fig.steps - fig.warmup_steps} of "
+               f"{fig.steps} (warm-up {fig.warmup_steps} steps)", run)
+        for name in ("first_step_s", "step_time_s", "tokens_per_s", "peak_memory_gib"):
+            value = getattr(fig, name)
+            expect(math.isfinite(value) and value > 0, f"rank {rank}: {name} is measured",
+                   "a finite figure > 0", value, run)
+
+
+def test_device_memory_does_not_grow_in_steady_state(tier, titan_runs):
+    """On every rank, the peak device memory's least-squares growth over the steady steps is
+    within the tier's leak bound (``TierProfile.performance``: measured by A/A runs of the
+    trusted stack): memory that grows every step is a leak long before it is a level."""
+    run, figures = _figures(tier, titan_runs)
+    bound = tier.performance.leak_mib_per_step
+    for rank, fig in sorted(figures.items()):
+        expect(fig.memory_growth_mib_per_step <= bound,
+               f"rank {rank}: peak device memory does not grow per steady step ({tier.performance.why})",
+               f"<= {bound} MiB/step", f"{fig.memory_growth_mib_per_step:.3f} MiB/step over "
+               f"{fig.steps - fig.warmup_steps} steps ({fig.peak_memory_gib:.4g} GiB at the end)", run)

@@ -1,0 +1,136 @@
+"""The performance rules (``fixtures.performance``) and the upgrade check's performance verdict
+(``reports.perf_compare``), on series: the warm-up rule as stated, the noise model on an A/A
+pair of real launches (must not flag) and on the same launches with a slowdown and a memory
+growth applied (must flag), and the verdicts the page prints.
+
+The real series are ``perf_series.json`` beside this file: the steady steps and peaks of 8
+performance sessions of the trusted cpu stack on one machine (``benchmarks/perf_noise.py
+--save``), the launches the upgrade check itself would compare.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from fixtures import performance
+from fixtures.performance import CPU_PERF, PerfPolicy
+from reports import perf_compare
+
+pytestmark = pytest.mark.meta
+
+SERIES = json.loads((Path(__file__).parent / "perf_series.json").read_text())
+
+
+def test_step_one_is_always_warm_up():
+    assert performance.warmup_length([0.1] * 20) == 1
+
+
+def test_settling_steps_are_warm_up_and_a_late_spike_is_not():
+    times = [5.0, 0.4, 0.35, 0.3, 0.25] + [0.1] * 30
+    times[25] = 0.9  # a busy moment in the second half: noise of the steady state
+    # the medians of the next 5 steps: 0.3 from step 2, 0.25 from step 3, 0.1 from step 4
+    assert performance.warmup_length(times) == 3
+    assert 0.9 in performance.rank_figures(times, [1.0] * len(times), [1.0] * len(times)).steady_times
+
+
+def test_a_second_compile_in_the_first_half_is_warm_up():
+    times = [50.0, 0.1, 0.1, 20.0] + [0.1] * 20  # a graph compiled at step 4
+    assert performance.warmup_length(times) == 4
+
+
+def test_a_short_run_has_no_steady_state():
+    fig = performance.rank_figures([1.0] + [0.1] * 7, [1.0] * 8, [1.0] * 8)
+    assert not fig.steady and fig.steps - fig.warmup_steps == 7
+
+
+def test_memory_growth_is_the_slope_per_step_in_mib():
+    mem = [1.0 + i * (2 / 1024) for i in range(20)]  # 2 MiB a step
+    fig = performance.rank_figures([1.0] + [0.1] * 19, [1.0] * 20, mem)
+    assert fig.memory_growth_mib_per_step == pytest.approx(2.0)
+    assert fig.peak_memory_gib == mem[-1]
+
+
+def _launches(indices, scale=1.0):
+    return [tuple(t * scale for t in SERIES[i]["steady_times"]) for i in indices]
+
+
+def test_the_recorded_a_a_sessions_never_flag():
+    """Every interleaved 3-against-3 split of the 8 recorded sessions of one stack: no flag."""
+    for picked in itertools.islice(itertools.combinations(range(len(SERIES)), 6), 0, None, 4):
+        trusted, candidate = picked[0::2], picked[1::2]
+        step = performance.compare_step_times(_launches(trusted), _launches(candidate), CPU_PERF.slower_than,
+                                              resamples=200)
+        assert not step.flagged and not step.inconclusive, step
+        peak = performance.compare_peaks([SERIES[i]["peak_gib"] for i in trusted],
+                                         [SERIES[i]["peak_gib"] for i in candidate], CPU_PERF.larger_than)
+        assert not peak.flagged and not peak.inconclusive, peak
+
+
+def test_a_thirty_percent_slowdown_is_flagged_with_its_interval():
+    step = performance.compare_step_times(_launches([0, 2, 4]), _launches([1, 3, 5], scale=1.3),
+                                          CPU_PERF.slower_than, resamples=300)
+    assert step.flagged and 1.15 < step.ratio < 1.45 and step.low > 1.0 and step.high > step.ratio
+    assert step.change().startswith("slower by ") and "interval [+" in step.change()
+
+
+def test_a_slowdown_within_the_threshold_is_not_flagged():
+    step = performance.compare_step_times(_launches([0, 2, 4]), _launches([1, 3, 5], scale=1.08),
+                                          CPU_PERF.slower_than, resamples=300)
+    assert not step.flagged
+
+
+def test_the_interval_is_the_same_for_the_same_figures():
+    a = performance.compare_step_times(_launches([0, 2]), _launches([1, 3]), 0.1, resamples=200)
+    b = performance.compare_step_times(_launches([0, 2]), _launches([1, 3]), 0.1, resamples=200)
+    assert (a.low, a.high) == (b.low, b.high)
+
+
+def _launch(tmp_path, stack, name, times, peak, growth=0.05):
+    figures = {"ranks": {"0": {"steady_times": list(times), "peak_memory_gib": peak,
+                               "memory_growth_mib_per_step": growth},
+                         "1": {"steady_times": list(times), "peak_memory_gib": peak - 0.01,
+                               "memory_growth_mib_per_step": growth}}}
+    return perf_compare.Launch(stack, tmp_path / name, figures, "passed")
+
+
+def test_verdicts(tmp_path):
+    policy = PerfPolicy(slower_than=0.1, larger_than=0.03, leak_mib_per_step=0.5, why="test")
+    base = [_launch(tmp_path, "trusted", f"trusted-{i}", SERIES[i]["steady_times"], 0.88) for i in (0, 2, 4)]
+    same = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in (1, 3, 5)]
+    assert perf_compare.judge(base + same, policy).verdict == "PASS"
+    slow = [_launch(tmp_path, "candidate", f"candidate-{i}", [t * 1.25 for t in SERIES[i]["steady_times"]], 0.88)
+            for i in (1, 3, 5)]
+    verdict = perf_compare.judge(base + slow, policy)
+    assert verdict.verdict == "SLOWER" and not verdict.passed
+    assert perf_compare.judge(base + slow, policy, accepted=True).passed
+    leak = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 1.2, growth=2.0)
+            for i in (1, 3, 5)]
+    verdict = perf_compare.judge(base + leak, policy)
+    assert verdict.verdict == "LARGER+LEAKING" and len(verdict.leaks) == 3
+    page = "\n".join(perf_compare.render(verdict, policy, base + leak))
+    assert "## Performance: LARGER+LEAKING" in page and "larger by" in page and "2.000 MiB per steady step" in page
+    noisy = [_launch(tmp_path, "candidate", "candidate-1", [t * 1.6 for t in SERIES[1]["steady_times"]], 0.88),
+             *same[1:]]  # one of three launches 60% slower: not clear of the noise, not within the threshold
+    verdict = perf_compare.judge(base + noisy, policy)
+    assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed, verdict.comparisons[0]
+    assert "too noisy" in "\n".join(perf_compare.render(verdict, policy, base + noisy))
+    died = [perf_compare.Launch("candidate", tmp_path / "candidate-1", None, "failed")]
+    verdict = perf_compare.judge(base + died, policy)
+    assert verdict.verdict == "NOT MEASURED" and "the performance contract failed" in verdict.problems[0]
+
+
+def test_a_session_report_is_read_back(tmp_path):
+    report = {"contracts": [
+        {"nodeid": f"conformance/{perf_compare.PERF_CONTRACT}[cpu]", "outcome": "passed",
+         "measured": {"performance": json.dumps({"ranks": {"0": {"steady_times": [0.1, 0.2],
+                                                                  "peak_memory_gib": 1.0,
+                                                                  "memory_growth_mib_per_step": 0.0}}})}},
+        {"nodeid": f"conformance/{perf_compare.LEAK_CONTRACT}[cpu]", "outcome": "failed"}]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    launch = perf_compare.read_launch("candidate", tmp_path)
+    assert launch.steady_times == (0.1, 0.2) and launch.peak_gib == 1.0 and launch.leak_outcome == "failed"
+    assert perf_compare.read_launch("candidate", tmp_path / "absent").outcome == "no report"

@@ -1,0 +1,155 @@
+"""Performance of a candidate stack against the trusted one, measured side by side.
+
+The performance session (``pytest conformance/test_performance.py -m "<tier> and perf"
+--fresh-runs``) is launched alternately in the trusted and the candidate environment
+(trusted, candidate, trusted, candidate, ...), so that drift of the machine falls on both
+alike. Each session's ``report.json`` holds the run's figures per rank
+(``measured.performance``, from ``fixtures.performance``); the steady steps of every launch
+feed the noise model there. The verdict is PASS, SLOWER, LARGER or LEAKING, with the figure,
+its interval and the sessions; a regression fails the upgrade unless the user accepts it
+(``--accept-performance``), and the page says so.
+
+pytest-benchmark's stored runs and ``--benchmark-compare-fail`` were considered: they time a
+function called in one process, while this figure is a step of a real multi-process torchrun
+launch that torchtitan itself times, and the comparison needs the two-level (launch, step)
+spread of interleaved launches, which it does not model.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fixtures import performance
+
+PERF_CONTRACT = "test_performance.py::test_steady_state_is_reached_and_measured"
+LEAK_CONTRACT = "test_performance.py::test_device_memory_does_not_grow_in_steady_state"
+
+
+@dataclass
+class Launch:
+    """One performance session of one stack: its report folder and the run's figures."""
+
+    stack: str  # "trusted" or "candidate"
+    report_dir: Path
+    figures: dict | None  # the contract's measured.performance, None when it did not run
+    outcome: str
+    leak_outcome: str | None = None
+
+    @property
+    def steady_times(self) -> tuple[float, ...]:
+        return tuple((self.figures or {}).get("ranks", {}).get("0", {}).get("steady_times", ()))
+
+    @property
+    def peak_gib(self) -> float:
+        return max(r["peak_memory_gib"] for r in self.figures["ranks"].values())
+
+    @property
+    def growth_mib_per_step(self) -> float:
+        return max(r["memory_growth_mib_per_step"] for r in self.figures["ranks"].values())
+
+
+def read_launch(stack: str, report_dir: Path) -> Launch:
+    """The performance figures a session left in its ``report.json``."""
+    path = report_dir / "report.json"
+    if not path.is_file():
+        return Launch(stack, report_dir, None, "no report")
+    report = json.loads(path.read_text())
+    figures, outcome, leak = None, "not collected", None
+    for contract in report.get("contracts", []):
+        if PERF_CONTRACT in contract["nodeid"]:
+            outcome = contract["outcome"]
+            raw = (contract.get("measured") or {}).get("performance")
+            figures = json.loads(raw) if raw else None
+        elif LEAK_CONTRACT in contract["nodeid"]:
+            leak = contract["outcome"]
+    return Launch(stack, report_dir, figures, outcome, leak)
+
+
+def session_command(python: Path, tier: str, report_dir: Path, extra: list[str]) -> list[str]:
+    return [str(python), "-m", "pytest", "conformance/test_performance.py", "-q", "-m", f"{tier} and perf",
+            "--fresh-runs", "--report-dir", str(report_dir), *extra]
+
+
+def interleaved(trusted_python: Path, candidate_python: Path, out: Path, launches: int, tier: str = "cpu",
+                trusted_extra: list[str] = (), candidate_extra: list[str] = (), cwd: Path | None = None,
+                say=print) -> list[Launch]:
+    """``launches`` sessions of each stack, alternating, trusted first."""
+    done = []
+    for index in range(launches):
+        for stack, python, extra in (("trusted", trusted_python, trusted_extra),
+                                     ("candidate", candidate_python, candidate_extra)):
+            report_dir = out / f"{stack}-{index + 1}"
+            say(f"performance: {stack} session {index + 1} of {launches}")
+            subprocess.run(session_command(python, tier, report_dir, list(extra)), cwd=cwd,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            done.append(read_launch(stack, report_dir))
+    return done
+
+
+@dataclass
+class Verdict:
+    verdict: str  # PASS, SLOWER, LARGER, LEAKING (joined with "+"), INCONCLUSIVE or NOT MEASURED
+    comparisons: list[performance.Comparison] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    accepted: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS" or self.accepted
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "passed": self.passed, "accepted": self.accepted,
+                "comparisons": [c.to_json() for c in self.comparisons], "leaks": self.leaks,
+                "problems": self.problems}
+
+
+def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool = False) -> Verdict:
+    """The performance verdict of interleaved launches, by ``policy``'s thresholds."""
+    measured = {s: [l for l in launches if l.stack == s and l.figures and l.steady_times]
+                for s in ("trusted", "candidate")}
+    problems = [f"{l.stack} session {l.report_dir.name}: the performance contract {l.outcome}"
+                for l in launches if not (l.figures and l.steady_times)]
+    if not measured["trusted"] or not measured["candidate"]:
+        return Verdict("NOT MEASURED", problems=problems or ["no launch of one of the stacks measured"])
+    step = performance.compare_step_times([l.steady_times for l in measured["trusted"]],
+                                          [l.steady_times for l in measured["candidate"]], policy.slower_than)
+    peak = performance.compare_peaks([l.peak_gib for l in measured["trusted"]],
+                                     [l.peak_gib for l in measured["candidate"]], policy.larger_than)
+    leaks = [f"{l.report_dir.name}: peak memory grows {l.growth_mib_per_step:.3f} MiB per steady step "
+             f"(bound {policy.leak_mib_per_step})" for l in measured["candidate"]
+             if l.growth_mib_per_step > policy.leak_mib_per_step]
+    words = [w for w, bad in (("SLOWER", step.flagged), ("LARGER", peak.flagged), ("LEAKING", bool(leaks))) if bad]
+    if not words and (step.inconclusive or peak.inconclusive):
+        words = ["INCONCLUSIVE"]
+    return Verdict("+".join(words) or "PASS", [step, peak], leaks, problems, accepted=bool(words) and accepted)
+
+
+def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Launch]) -> list[str]:
+    """The upgrade page's performance section."""
+    head = f"## Performance: {verdict.verdict}"
+    if verdict.accepted:
+        head += " (accepted by the user with --accept-performance: the upgrade is not blocked by it)"
+    lines = [head, "",
+             f"Interleaved sessions (trusted, candidate, ...): {len(launches)}. Flagged only when the whole "
+             f"interval is beyond no change and the change is beyond the tier's threshold "
+             f"(slower {policy.slower_than:.0%}, larger {policy.larger_than:.0%}, leak "
+             f"{policy.leak_mib_per_step} MiB/step; {policy.why}).", ""]
+    if verdict.comparisons:
+        lines += ["| figure | trusted | candidate | change | flagged |", "|---|---|---|---|---|"]
+        for c in verdict.comparisons:
+            flag = "**yes**" if c.flagged else ("inconclusive" if c.inconclusive else "no")
+            lines.append(f"| {c.figure} (median of {c.launches[0]}+{c.launches[1]} launches) | {c.trusted:.4g} | "
+                         f"{c.candidate:.4g} | {c.change()} | {flag} |")
+        lines.append("")
+    if verdict.verdict == "INCONCLUSIVE":
+        lines += ["The intervals reach beyond the threshold without clearing no change: these launches are "
+                  "too noisy to say the candidate is within it. Rerun with more launches "
+                  "(`--performance-launches 5`) on a quiet machine, or accept with `--accept-performance`.", ""]
+    lines += [f"- leak: {leak}" for leak in verdict.leaks]
+    lines += [f"- not measured: {p}" for p in verdict.problems]
+    lines += ["", "Sessions: " + ", ".join(f"`perf/{l.report_dir.name}`" for l in launches), ""]
+    return lines
