@@ -21,7 +21,10 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from reports.stacks import REPO, Stack
+from fixtures.tier_profile import NKI_LIBRARY_NEURON_ONLY
+from reports.candidates import Candidate, CandidateUsageError, parse
+from reports.inventory import pip_check_problems
+from reports.stacks import REPO, STACKS, Stack
 
 CACHE = REPO / ".cache" / "upgrade"
 
@@ -77,7 +80,6 @@ class CandidateEnv:
 def parse_pin(text: str) -> tuple[str, str]:
     """``name==version`` -> (canonical name, version); anything looser is refused: a candidate
     is an exact stack."""
-    from reports.candidates import CandidateUsageError, parse
 
     try:
         candidate = parse(text)
@@ -89,7 +91,6 @@ def parse_pin(text: str) -> tuple[str, str]:
 
 
 def _as_candidates(pins) -> list:
-    from reports.candidates import Candidate, CandidateUsageError, parse
 
     out = []
     for pin in pins:
@@ -166,8 +167,6 @@ def clone_venv(src: Path, dst: Path) -> None:
 def pip_check(python: Path) -> list[str]:
     """pip check's complaints, less the ones the cpu tier allows (nki-library's Neuron-only
     requirements, ``fixtures.tier_profile.NKI_LIBRARY_NEURON_ONLY``)."""
-    from fixtures.tier_profile import NKI_LIBRARY_NEURON_ONLY
-    from reports.inventory import pip_check_problems
 
     return pip_check_problems(str(python), NKI_LIBRARY_NEURON_ONLY)[0]
 
@@ -273,6 +272,5 @@ def build(stack: Stack, pins, say=print, options: InstallOptions = InstallOption
 
 
 if __name__ == "__main__":  # a manual check: python -m reports.candidate_env STACK PIN...
-    from reports.stacks import STACKS
 
     print(json.dumps(build(STACKS[sys.argv[1]], sys.argv[2:]).to_json(), indent=1))
