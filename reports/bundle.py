@@ -30,6 +30,7 @@ from fixtures.runs.result import RunResult
 from reports import inventory
 from reports.layout import bundle_dir, run_record_path
 from reports.redact import redact_env, scrub_text
+from reports import neuron_debug
 
 TAIL_LINES = 200
 
@@ -139,7 +140,6 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport,
             for stream, path in logs.items():
                 write(out / f"rank{rank}.{stream}.tail.log", _tail(Path(path)))
     if trn2 is not None and item.get_closest_marker("trn2"):
-        from reports import neuron_debug
 
         neuron_debug.write(target, trn2, results, session_started, report_dir, write)
     return target

@@ -14,13 +14,13 @@ import shutil
 import subprocess
 import sys
 from importlib import metadata
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 from fixtures import stack
-from fixtures.stack import DEB_PACKAGES, deb_versions, neuron_driver_version  # noqa: F401
+from fixtures.stack import deb_versions, neuron_driver_version
+from fixtures.rank.titan.api import installed_summary
 
 # Distribution -> the module it must provide.
 NEURON_DISTRIBUTIONS = {
@@ -247,7 +247,6 @@ def pip_check_problems(python: str, allowed: tuple[tuple[str, str], ...] = ()) -
 def titan_api() -> dict:
     """The torchtitan API vintage detected by what the installed package offers (its version
     string does not say: upstream main was ``0.2.2`` for six months)."""
-    from fixtures.rank.titan.api import installed_summary
 
     return installed_summary()
 

@@ -89,7 +89,7 @@ def write(target: Path, tier, results, session_started: float, report_dir: Path,
     env = dict(tier.rank_env)
     cache = Path(env.get("NEURON_COMPILE_CACHE_URL") or os.environ.get("NEURON_COMPILE_CACHE_URL", "/var/tmp/neuron-compile-cache"))
     neffs = sorted(set(re.findall(r"(\S+\.neff)", logs)))
-    write_text(out / "compile-cache.txt", f"# NEFF paths in the ranks' logs\n" + "\n".join(neffs)
+    write_text(out / "compile-cache.txt", "# NEFF paths in the ranks' logs\n" + "\n".join(neffs)
                + f"\n# entries written in {cache} since the session started\n"
                + "\n".join(_newer_files(cache, session_started)) + "\n")
     dumps = Path(os.environ.get("NEURON_RT_LOCAL_CORE_DUMP_DIRECTORY") or CORE_DUMP_DEFAULT)
