@@ -131,3 +131,36 @@ def test_final_state_is_read_into_the_model_the_checkpoint_describes(tmp_path):
     broken.pop("lm_head.weight")
     with pytest.raises(RuntimeError, match="lm_head.weight"):
         hf_reference.titan_model_from_state(broken, tmp_path)
+
+
+def test_the_api_detection_cache_is_keyed_by_the_sources_it_reads(tmp_path, monkeypatch):
+    """detect() keeps its answer on disk under a key of torchtitan/config/override.py and
+    configs.py: the same sources read the cached answer, a changed source is a new key (a
+    stale answer cannot be read), and a fresh key detects by importing."""
+    import importlib.util
+    import json
+    import types
+
+    from fixtures.rank.titan import api
+
+    package = tmp_path / "torchtitan"
+    (package / "config").mkdir(parents=True)
+    (package / "config" / "override.py").write_text("def override(name, *, target): ...\n")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: types.SimpleNamespace(
+        submodule_search_locations=[str(package)]))
+    monkeypatch.setattr(api, "DETECTION_CACHE", tmp_path / "cache")
+    key = api._detection_key()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / f"{key}.json").write_text(json.dumps(
+        {"named": True, "function_imports": False, "dtensor_tp_backend": "from-the-cache"}))
+    api.detect.cache_clear()
+    try:
+        assert api.detect().dtensor_tp_backend == "from-the-cache"
+        (package / "config" / "override.py").write_text("def override(*, target): ...\n")
+        assert api._detection_key() != key
+        api.detect.cache_clear()
+        monkeypatch.setattr(api, "_detect_by_import", lambda: api.OverrideAPI(False, True, "imported"))
+        assert api.detect().dtensor_tp_backend == "imported"
+        assert (tmp_path / "cache" / f"{api._detection_key()}.json").is_file()
+    finally:
+        api.detect.cache_clear()
