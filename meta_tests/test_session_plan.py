@@ -81,10 +81,34 @@ def test_the_disk_preflight_refuses_with_the_figures(tmp_path, monkeypatch):
     session_plan.check_disk(plan, tmp_path)
 
 
+def test_the_plan_estimates_from_the_last_launches_recorded_on_this_host(tmp_path):
+    """--plan's estimate uses the wall time, first step (the compile on trn2) and step time
+    the run cache recorded for the same run of the same tier on this host; a record of
+    another tier, a failed launch or an unreadable line is not used; runs never launched here
+    stay at their timeouts."""
+    tier = cpu_profile()
+    catalogue = Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE),
+                           Entry("optimizer", lambda t: DENSE_NATIVE_OPTIMIZER_TENSORS),
+                           Entry("other", lambda t: session_plan.RunSpec(config="dense_native", steps=3))])
+    log = tmp_path / "launches.jsonl"
+    described = DENSE_NATIVE_OPTIMIZER_TENSORS.describe()
+    log.write_text("\n".join([
+        json.dumps({"spec": described, "tier": "cpu", "wall_s": 30.0, "ok": True}),
+        json.dumps({"spec": described, "tier": "cpu", "wall_s": 14.0, "ok": True, "first_step_s": 0.5, "step_s": 0.09}),
+        json.dumps({"spec": described, "tier": "cpu", "wall_s": 99.0, "ok": False}),
+        json.dumps({"spec": "dense_native steps=3", "tier": "trn2", "wall_s": 500.0, "ok": True}),
+        "not json"]) + "\n")
+    planned = session_plan.plan(catalogue, tier, session_plan.recorded_launches(log, "cpu"))
+    text = planned.text()
+    assert "estimated: about 0.00389 h for the 1 launches recorded on this host" in text, text
+    assert "plus 1 never launched here" in text and "last here 14 s (first step 0.5 s, then 0.09 s a step)" in text
+    assert session_plan.plan(catalogue, tier).estimate() is None
+
+
 def test_a_spent_budget_launches_nothing_and_says_what_was_not_run(tmp_path):
     cache = RunCache(tmp_path / "runs", cpu_profile(), hf_assets=tmp_path, dataset=tmp_path, asset_key="x",
-                     runs=Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE)]))
-    cache.budget_s, cache.launched_s = 100.0, 120.0
+                     runs=Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE)]), budget_s=100.0)
+    cache.launched_s = 120.0
     with pytest.raises(SessionBudgetSpent, match="not launched: dense_native steps=10"):
         cache.require_budget_and_disk(DENSE_NATIVE)
     assert cache.not_launched == [{"run": "dense_native steps=10", "why": "session budget spent"}]
