@@ -380,3 +380,13 @@ def test_an_attempt_under_other_pip_constraints_has_its_own_id(monkeypatch):
     capped = candidate_env.candidate_id("titan-0.3.0", ["torch==2.15.0"])
     monkeypatch.setenv("PIP_CONSTRAINT", "/dev/null")
     assert candidate_env.candidate_id("titan-0.3.0", ["torch==2.15.0"]) != capped
+
+
+def test_a_new_contract_failing_in_the_candidate_fails_the_upgrade():
+    """A contract the committed baseline does not have (added since) that fails in the
+    candidate is a failure, as the gate says; one that passes is listed as new."""
+    base = _report({"a": "passed"})
+    failing = upgrade_compare.compare(base, _report({"a": "passed", "new_leak": "failed"}), [])
+    assert not failing["passed"] and "1 new contract(s) failing (not in the baseline)" in failing["verdict"]
+    passing = upgrade_compare.compare(base, _report({"a": "passed", "new_leak": "passed"}), [])
+    assert passing["passed"]

@@ -294,6 +294,9 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     blocking = {k for k, (_, blocks) in CATEGORIES.items() if blocks}
     counts = {k: sum(1 for c in contracts if c["category"] == k) for k in CATEGORIES}
     problems = [f"{counts[k]} {k}" for k in CATEGORIES if k in blocking and counts[k]]
+    new_failing = [c for c in contracts if c["category"] == "new" and c["after"] in BAD]
+    if new_failing:  # as the gate: a contract the baseline does not have that fails is a failure
+        problems.append(f"{len(new_failing)} new contract(s) failing (not in the baseline)")
     if pip_check:
         problems.append("pip check fails")
     if not candidate.get("complete", False):
