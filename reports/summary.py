@@ -46,6 +46,45 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _stack_rows(inv: dict) -> list[list[str]]:
+    """The stack table: every package's version, the builds, the active nkilib, the API."""
+    rows = [[name, version or "not installed"] for name, version in inv["packages"].items()]
+    rows.append(["python", inv["python"]])
+    rows.append(["torch build", inv["torch_build"]])
+    if inv.get("torchtitan_build"):
+        rows.append(["torchtitan build", inv["torchtitan_build"]])
+    if inv.get("nkilib"):
+        nk = inv["nkilib"]
+        rows.append(["nkilib active", f"{nk['active']} {nk.get('active_version') or ''}".strip()
+                     + (f" (MISMATCH: {nk['mismatch']})" if nk.get("mismatch") else "")])
+    if inv.get("torchtitan_api"):
+        rows.append(["torchtitan API", inv["torchtitan_api"]["override_api"]])
+    return rows
+
+
+def _runs_section(report: dict) -> list[str]:
+    """Every training run the session used: steps, losses, wall time, status, compile cache, curve."""
+    lines: list[str] = []
+    if report["runs"]:
+        lines += ["## Training runs", ""]
+        rows = []
+        for r in report["runs"]:
+            steps = r["steps"]
+            rows.append([
+                f"`{r['description']}`",
+                len(steps),
+                f"{steps[0]['loss']:.5f}" if steps else "-",
+                f"{steps[-1]['loss']:.5f}" if steps else "-",
+                f"{r['launch']['wall_s']:.1f}",
+                "ok" if r["ok"] else ("timed out" if r["launch"]["timed_out"] else f"exit {r['launch']['returncode']}"),
+                _compile_cache_cell(r.get("compile_cache")),
+                f"[plot](runs/{r['key']}.png)" if steps else "",
+            ])
+        lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "compile cache", "curve"], rows)
+        lines.append("")
+    return lines
+
+
 def render(report: dict, gate_result=None) -> str:
     contracts = report["contracts"]
     inv = report["inventory"]
@@ -75,18 +114,7 @@ def render(report: dict, gate_result=None) -> str:
         "## Stack",
         "",
     ]
-    rows = [[name, version or "not installed"] for name, version in inv["packages"].items()]
-    rows.append(["python", inv["python"]])
-    rows.append(["torch build", inv["torch_build"]])
-    if inv.get("torchtitan_build"):
-        rows.append(["torchtitan build", inv["torchtitan_build"]])
-    if inv.get("nkilib"):
-        nk = inv["nkilib"]
-        rows.append(["nkilib active", f"{nk['active']} {nk.get('active_version') or ''}".strip()
-                     + (f" (MISMATCH: {nk['mismatch']})" if nk.get("mismatch") else "")])
-    if inv.get("torchtitan_api"):
-        rows.append(["torchtitan API", inv["torchtitan_api"]["override_api"]])
-    lines += _table(["package", "version"], rows) + [""]
+    lines += _table(["package", "version"], _stack_rows(inv)) + [""]
 
     by_area: dict[str, Counter] = defaultdict(Counter)
     for c in contracts:
@@ -125,23 +153,7 @@ def render(report: dict, gate_result=None) -> str:
         lines += [f"- `{n['test']}` on {n['tier']}{' (rehearsal)' if n.get('rehearsal') else ''}: {n['reason']}"
                   for n in not_covered]
         lines.append("")
-    if report["runs"]:
-        lines += ["## Training runs", ""]
-        rows = []
-        for r in report["runs"]:
-            steps = r["steps"]
-            rows.append([
-                f"`{r['description']}`",
-                len(steps),
-                f"{steps[0]['loss']:.5f}" if steps else "-",
-                f"{steps[-1]['loss']:.5f}" if steps else "-",
-                f"{r['launch']['wall_s']:.1f}",
-                "ok" if r["ok"] else ("timed out" if r["launch"]["timed_out"] else f"exit {r['launch']['returncode']}"),
-                _compile_cache_cell(r.get("compile_cache")),
-                f"[plot](runs/{r['key']}.png)" if steps else "",
-            ])
-        lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "compile cache", "curve"], rows)
-        lines.append("")
+    lines += _runs_section(report)
     lines += performance_section(report)
     if gate_result is not None:
         lines += ["## Against the baseline", "", "```", gate_result.text(), "```", ""]

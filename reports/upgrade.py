@@ -294,6 +294,127 @@ def bisect_commits_main(args, selection: list[str]) -> int:
     return 0
 
 
+def _matrix_main(args, argv: list[str]) -> int:
+    """``--candidate-matrix``: this command once per line of the file (reports.upgrade_matrix)."""
+    rest = [a for i, a in enumerate(argv) if a != "--candidate-matrix" and
+            (i == 0 or argv[i - 1] != "--candidate-matrix") and not a.startswith("--candidate-matrix=")]
+    out = (args.out or REPO / "reports" / "out" / "upgrade" / f"matrix-{args.candidate_matrix.stem}").resolve()
+    if args.out is not None:
+        rest = [a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")]
+    return upgrade_matrix.run(args.candidate_matrix, rest, out, main)
+
+
+def _candidates(args) -> list | None:
+    """The candidates asked for, or None after saying why not (a usage error)."""
+    try:
+        cands = [candidates.parse(text, git_repo=args.git_repo) for text in args.candidate]
+        if args.candidate_set is not None:
+            cands += candidates.from_set_file(args.candidate_set, git_repo=args.git_repo)
+    except candidates.CandidateUsageError as exc:
+        say(f"upgrade: {exc}")
+        return None
+    if not cands:
+        say("upgrade: no candidate given (--candidate or --candidate-set)")
+        return None
+    return cands
+
+
+def _trusted_stack(args, selection: list[str]) -> tuple[Stack | None, list[str]]:
+    """The trusted stack (on trn2: the active Neuron environment) and the selection to run."""
+    if args.tier != "trn2":
+        return STACKS[args.stack], selection
+    venv = args.trusted_venv or (Path(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None)
+    if venv is None or not (venv / "bin" / "python").exists():
+        say("upgrade: --tier trn2 copies the active Neuron environment: activate it or pass --trusted-venv")
+        return None, selection
+    stack = Stack(f"trn2-{venv.resolve().name}", venv.resolve(), None)
+    return stack, (["conformance", "-m", "trn2"] if selection == DEFAULT_SELECTION else selection)
+
+
+def _baseline(args, stack: Stack, env, out: Path, selection: list[str]):
+    """(baseline report, its path, the candidate session's extra pytest options, today's
+    trusted report or None): on trn2 the trusted session run here (or --baseline-report), on
+    cpu the committed baseline plus the trusted stack's artifacts and the candidate's pins."""
+    trusted = candidate_env.CandidateEnv(stack=stack.name, pins=[], root=stack.venv.parent, venv=stack.venv)
+    if args.tier == "trn2":
+        if args.baseline_report is not None:
+            path = args.baseline_report.resolve() / "report.json"
+            baseline = json.loads(path.read_text())
+        else:
+            baseline = run_suite(trusted, out / "trusted-suite", selection)
+            path = out / "trusted-suite" / "report.json"
+        return baseline, path, ["--inherit-expectations", baseline["stack_id"]["trn2"]], None
+    path = baseline_of(stack)
+    extra = ["--inherit-expectations", trusted_stack_id(stack), *trusted_artifacts(stack, out)]
+    today_report = out / "trusted" / "report.json"
+    if args.trusted_today:
+        run_suite(trusted, out / "trusted-today", selection)
+        today_report = out / "trusted-today" / "report.json"
+    if env.constraints is not None:  # the pins move with the candidate
+        extra += ["--stack-constraints", str(env.constraints)]
+    today = json.loads(today_report.read_text()) if today_report.is_file() else None
+    return json.loads(path.read_text()), path, extra, today
+
+
+def _place_paths(result: dict, baseline_path: Path, out: Path) -> None:
+    """Bundle and baseline paths relative to the page's folder (or the repository)."""
+    for entry in result["contracts"] + result["groups"]:
+        if entry.get("repro_bundle"):
+            entry["repro_bundle"] = f"candidate/{entry['repro_bundle']}"
+    result["baseline"] = (str(baseline_path.relative_to(REPO)) if baseline_path.is_relative_to(REPO)
+                          else baseline_path.name)
+    if baseline_path.is_relative_to(out):
+        result["baseline"] = str(baseline_path.relative_to(out))
+    result["candidate_report"] = "candidate"
+
+
+def _with_performance(result: dict, performance: dict) -> None:
+    result["performance"] = performance
+    if not performance["passed"]:
+        result["passed"] = False
+        if result["verdict"].startswith("PASS"):
+            result["verdict"] = f"FAIL (performance {performance['verdict']})" + result["verdict"].removeprefix("PASS")
+        else:
+            result["verdict"] += f"; performance {performance['verdict']}"
+
+
+def _bisect_changed(args, stack, cands, baseline, candidate, result, out, options, inherit) -> dict | None:
+    changed = [c["nodeid"] for c in result["contracts"] if c["category"] not in ("unchanged", "new", "missing")]
+    if not args.bisect:
+        return None
+    if len(cands) < 2:
+        say("upgrade: --bisect needs more than one candidate package; nothing to bisect")
+        found = None
+    elif not changed:
+        say("upgrade: no contract changed outcome; nothing to bisect")
+        found = {"environments_built": 0, "environments_reused": 0, "attribution": {}}
+    else:
+        found = bisect(stack, cands, changed, {c["nodeid"]: c["outcome"] for c in baseline["contracts"]},
+                       {c["nodeid"]: c["outcome"] for c in candidate["contracts"]}, out, options, inherit)
+    result["bisect"] = found
+    return found
+
+
+def _promotion(result: dict, selection: list[str], stack: Stack, env, cands) -> list[str] | None:
+    """The commands that promote a PASS (none on a selection, or for a stack without pins)."""
+    if selection != DEFAULT_SELECTION:
+        result["verdict"] += f" (on the selection `pytest {' '.join(selection)}`; not a promotion)"
+        return None
+    if not result["passed"] or stack.constraints is None:
+        return None
+    if any(c.kind != "index" for c in cands):
+        promote = new_stack_steps(cands, env.constraints, stack)
+    else:
+        promote = [f"cp {env.constraints.relative_to(REPO)} {stack.constraints.relative_to(REPO)}",
+                   *pin_moves(env.changes),
+                   f"bash scripts/setup-venv.sh {stack.name}",
+                   f"CONFORMANCE_STACK={stack.name} bash scripts/conformance.sh   # gate FAILS on the drift: expected",
+                   "python -m reports.baseline reports/out/cpu" + ("" if stack.name == DEFAULT_STACK else f"-{stack.name}")]
+    result["promote"] = promote
+    result["constraints"] = str(env.constraints.relative_to(REPO))
+    return promote
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -303,36 +424,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.bisect_commits:
         return bisect_commits_main(args, selection)
     if args.candidate_matrix is not None:
-
-        rest = [a for i, a in enumerate(argv) if a != "--candidate-matrix" and
-                (i == 0 or argv[i - 1] != "--candidate-matrix") and not a.startswith("--candidate-matrix=")]
-        out = (args.out or REPO / "reports" / "out" / "upgrade" / f"matrix-{args.candidate_matrix.stem}").resolve()
-        if args.out is not None:
-            rest = [a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")]
-        return upgrade_matrix.run(args.candidate_matrix, rest, out, main)
-    try:
-        cands = [candidates.parse(text, git_repo=args.git_repo) for text in args.candidate]
-        if args.candidate_set is not None:
-            cands += candidates.from_set_file(args.candidate_set, git_repo=args.git_repo)
-    except candidates.CandidateUsageError as exc:
-        say(f"upgrade: {exc}")
+        return _matrix_main(args, argv)
+    cands = _candidates(args)
+    if cands is None:
         return 2
-    if not cands:
-        say("upgrade: no candidate given (--candidate or --candidate-set)")
+    stack, selection = _trusted_stack(args, selection)
+    if stack is None:
         return 2
-    if args.tier == "trn2":
-        venv = args.trusted_venv or (Path(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None)
-        if venv is None or not (venv / "bin" / "python").exists():
-            say("upgrade: --tier trn2 copies the active Neuron environment: activate it or pass --trusted-venv")
-            return 2
-        stack = Stack(f"trn2-{venv.resolve().name}", venv.resolve(), None)
-        if selection == DEFAULT_SELECTION:
-            selection = ["conformance", "-m", "trn2"]
-    else:
-        stack = STACKS[args.stack]
     options = install_options(args)
-    ident = candidate_env.candidate_id(stack.name, cands, options)
-    out = (args.out or REPO / "reports" / "out" / "upgrade" / ident).resolve()
+    out = (args.out or REPO / "reports" / "out" / "upgrade" / candidate_env.candidate_id(stack.name, cands, options)).resolve()
     out.mkdir(parents=True, exist_ok=True)
     title = f"Upgrade check: {', '.join(c.describe() for c in cands)} over {stack.name}"
     try:
@@ -341,93 +441,25 @@ def main(argv: list[str] | None = None) -> int:
         say(f"upgrade: {exc}")
         (out / "upgrade.md").write_text(f"# {title}\n\n**Verdict: NOT BUILT**\n\n```\n{exc}\n```\n")
         return 2
-    if args.tier == "trn2":
-        if args.baseline_report is not None:
-            baseline_path = args.baseline_report.resolve() / "report.json"
-            baseline = json.loads(baseline_path.read_text())
-        else:
-            trusted = candidate_env.CandidateEnv(stack=stack.name, pins=[], root=stack.venv.parent, venv=stack.venv)
-            baseline = run_suite(trusted, out / "trusted-suite", selection)
-            baseline_path = out / "trusted-suite" / "report.json"
-        inherit = ["--inherit-expectations", baseline["stack_id"]["trn2"]]
-        carried = []
-        today = None  # the trusted session above is today's
-    else:
-        baseline_path = baseline_of(stack)
-        baseline = json.loads(baseline_path.read_text())
-        inherit = ["--inherit-expectations", trusted_stack_id(stack)]
-        carried = trusted_artifacts(stack, out)
-        today_report = out / "trusted" / "report.json"
-        if args.trusted_today:
-            trusted = candidate_env.CandidateEnv(stack=stack.name, pins=[], root=stack.venv.parent, venv=stack.venv)
-            run_suite(trusted, out / "trusted-today", selection)
-            today_report = out / "trusted-today" / "report.json"
-        today = json.loads(today_report.read_text()) if today_report.is_file() else None
-        if env.constraints is not None:  # the pins move with the candidate
-            carried += ["--stack-constraints", str(env.constraints)]
-    candidate = run_suite(env, out / "candidate", selection + inherit + carried)
+    baseline, baseline_path, extra, today = _baseline(args, stack, env, out, selection)
+    candidate = run_suite(env, out / "candidate", selection + extra)
     if selection not in (DEFAULT_SELECTION, ["conformance", "-m", "trn2"]) or args.tier == "trn2":
-        # compare only what both ran
-        ran = {c["nodeid"] for c in candidate["contracts"]}
+        ran = {c["nodeid"] for c in candidate["contracts"]}  # compare only what both ran
         baseline = {**baseline, "contracts": [c for c in baseline["contracts"] if c["nodeid"] in ran]}
-    result = upgrade_compare.compare(baseline, candidate, [asdict(c) for c in env.changes],
-                                     today=today)
-    for entry in result["contracts"]:  # bundles relative to this page's folder
-        if entry.get("repro_bundle"):
-            entry["repro_bundle"] = f"candidate/{entry['repro_bundle']}"
-    for group in result["groups"]:
-        if group.get("repro_bundle"):
-            group["repro_bundle"] = f"candidate/{group['repro_bundle']}"
-    result["baseline"] = (str(baseline_path.relative_to(REPO)) if baseline_path.is_relative_to(REPO)
-                          else baseline_path.name)
-    if baseline_path.is_relative_to(out):
-        result["baseline"] = str(baseline_path.relative_to(out))
-    result["candidate_report"] = "candidate"
-    result["selection"] = selection
-    result["candidates"] = [c.to_json() for c in cands]
-    trusted_python = (args.trusted_venv or stack.venv) / "bin" / "python" if args.tier == "trn2" else stack.venv / "bin" / "python"
-    result["performance"] = performance_check(args, trusted_python, env, out, inherit + carried, selection)
-    if not result["performance"]["passed"]:
-        result["passed"] = False
-        result["verdict"] = f"FAIL (performance {result['performance']['verdict']})" + result["verdict"].removeprefix("PASS")
-    changed = [c["nodeid"] for c in result["contracts"] if c["category"] not in ("unchanged", "new", "missing")]
-    bisect_result = None
-    asked = [c for c in env.changes if c.kind == "candidate"]
-    if args.bisect:
-        if len(cands) < 2:
-            say("upgrade: --bisect needs more than one candidate package; nothing to bisect")
-        elif not changed:
-            say("upgrade: no contract changed outcome; nothing to bisect")
-            bisect_result = {"environments_built": 0, "environments_reused": 0, "attribution": {}}
-        else:
-            bisect_result = bisect(stack, cands, changed,
-                                   {c["nodeid"]: c["outcome"] for c in baseline["contracts"]},
-                                   {c["nodeid"]: c["outcome"] for c in candidate["contracts"]}, out,
-                                   options, inherit)
-        result["bisect"] = bisect_result
-    promote = None
-    if selection != DEFAULT_SELECTION:
-        result["verdict"] += f" (on the selection `pytest {' '.join(selection)}`; not a promotion)"
-    elif result["passed"] and stack.constraints is not None and any(c.kind != "index" for c in cands):
-        promote = new_stack_steps(cands, env.constraints, stack)
-        result["promote"] = promote
-        result["constraints"] = str(env.constraints.relative_to(REPO))
-    elif result["passed"] and stack.constraints is not None:
-        promote = [f"cp {env.constraints.relative_to(REPO)} {stack.constraints.relative_to(REPO)}",
-                   *pin_moves(env.changes),
-                   f"bash scripts/setup-venv.sh {stack.name}",
-                   f"CONFORMANCE_STACK={stack.name} bash scripts/conformance.sh   # gate FAILS on the drift: expected",
-                   "python -m reports.baseline reports/out/cpu" + ("" if stack.name == DEFAULT_STACK else f"-{stack.name}")]
-        result["promote"] = promote
-        result["constraints"] = str(env.constraints.relative_to(REPO))
+    result = upgrade_compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
+    _place_paths(result, baseline_path, out)
+    result.update(selection=selection, candidates=[c.to_json() for c in cands])
+    _with_performance(result, performance_check(args, stack.venv / "bin" / "python", env, out, extra, selection))
+    bisect_result = _bisect_changed(args, stack, cands, baseline, candidate, result, out, options, extra[:2])
+    promote = _promotion(result, selection, stack, env, cands)
     (out / "upgrade.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "upgrade.md").write_text(upgrade_compare.render(result, title=title, promote=promote,
                                                             bisect=bisect_result))
+    asked = [c for c in env.changes if c.kind == "candidate"]
     say(f"upgrade: {result['verdict']}")
     say(f"upgrade: wrote {out / 'upgrade.md'} and upgrade.json ({len(asked)} package(s) asked, "
         f"{len(env.changes) - len(asked)} transitive change(s))")
     return 0 if result["passed"] else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

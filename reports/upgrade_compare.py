@@ -381,6 +381,19 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
         lines.append(f"| {c['name']} | {c['old'] or 'not installed'} | {c['new'] or 'removed'} | {c['kind']} | {build} |")
     if result["pip_check"]:
         lines += ["", "pip check: " + "; ".join(result["pip_check"])]
+    lines += _contracts_section(result)
+    lines += _bisect_section(bisect)
+    lines += [""] + (result.get("performance") or {}).get("lines", [])
+    lines += _figures_section(result)
+    lines += _runs_section(result)
+    if promote:
+        lines += ["", "## Promote the candidate", "", "```bash", *promote, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _contracts_section(result: dict) -> list[str]:
+    """Outcomes: counts, failures by cause, deviations, and each category."""
+    lines: list[str] = []
     lines += ["", "## Contracts", ""]
     counts = result["counts"]
     unchanged = sum(1 for c in result["contracts"] if c["category"] == "unchanged")
@@ -420,17 +433,28 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
             if c.get("expectation"):
                 extra = f" (delete `{c['expectation']}`)"
             lines.append(f"- `{c['nodeid']}`: {c['before'] or 'absent'} -> {c['after'] or 'absent'}{extra}")
-    if bisect:
-        lines += ["", "## Bisect: which package change flips each contract", "",
-                  f"{bisect['environments_built']} environment(s) built, {bisect['environments_reused']} reused "
-                  "(one per asked package, each with the transitive changes it forces).", ""]
-        groups: dict[str, list[str]] = {}
-        for nodeid, who in bisect["attribution"].items():
-            groups.setdefault(who, []).append(nodeid)
-        for who, nodeids in groups.items():
-            lines.append(f"- {who}: {len(nodeids)} contract(s)")
-            lines += [f"  - `{n}`" for n in nodeids]
-    lines += [""] + (result.get("performance") or {}).get("lines", [])
+    return lines
+
+
+def _bisect_section(bisect: dict | None) -> list[str]:
+    """Which package change flips each contract (--bisect)."""
+    if not bisect:
+        return []
+    lines = ["", "## Bisect: which package change flips each contract", "",
+              f"{bisect['environments_built']} environment(s) built, {bisect['environments_reused']} reused "
+              "(one per asked package, each with the transitive changes it forces).", ""]
+    groups: dict[str, list[str]] = {}
+    for nodeid, who in bisect["attribution"].items():
+        groups.setdefault(who, []).append(nodeid)
+    for who, nodeids in groups.items():
+        lines.append(f"- {who}: {len(nodeids)} contract(s)")
+        lines += [f"  - `{n}`" for n in nodeids]
+    return lines
+
+
+def _figures_section(result: dict) -> list[str]:
+    """The measured figures against the trusted stack's."""
+    lines: list[str] = []
     lines += ["## Figures that moved", ""]
     if result.get("baseline_session"):
         lines.append(f"Compared with the trusted session `{result['baseline_session']}`"
@@ -457,6 +481,12 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
     if result.get("unchanged_figures"):
         lines += ["", f"Unchanged ({len(result['unchanged_figures'])}):", ""]
         lines += [f"- `{text}`" for text in result["unchanged_figures"]]
+    return lines
+
+
+def _runs_section(result: dict) -> list[str]:
+    """The training runs of both sessions, rank 0's step-1 loss, step time and memory."""
+    lines: list[str] = []
     lines += ["", "## Training runs (rank 0)", "",
               f"Runs used: trusted session {result['launches']['baseline']['runs']} "
               f"({result['launches']['baseline']['launched']} launched in it, the rest from the run cache), "
@@ -470,6 +500,4 @@ def render(result: dict, *, title: str, promote: list[str] | None = None,
         lines.append(f"| {r['run']} | {_fmt(b['step1_loss'])} -> {_fmt(a['step1_loss'])} | "
                      f"{_fmt(b['step_time_s'])} -> {_fmt(a['step_time_s'])} | "
                      f"{_fmt(b['peak_memory_gib'])} -> {_fmt(a['peak_memory_gib'])} |")
-    if promote:
-        lines += ["", "## Promote the candidate", "", "```bash", *promote, "```"]
-    return "\n".join(lines) + "\n"
+    return lines
