@@ -63,17 +63,46 @@ def test_moe_run_shape_and_parallelism(tier, titan_runs):
                [(p["global_shape"], p["placements"]) for p in params], run)
 
 
+def _upstream_compute_methods() -> dict[str, str]:
+    """Per swappable module (leaf name), the method through which upstream's class computes,
+    found in the installed torchtitan by what it offers: ``GroupedExperts._grouped_mm``, the
+    "overridable seam" around ``torch._grouped_mm`` (torchtitan ``models/common/moe.py``, 0.3.0
+    and later main), else ``GroupedExperts.forward``, which calls ``torch._grouped_mm`` itself
+    (the fork's vintage, 5059f32c5); and ``CosSinRoPE._reshape_cache``, which gathers the cos/sin
+    rows by position (``models/common/rope.py``), the gather a gather-free RoPE does without."""
+    from torchtitan.models.common.moe import GroupedExperts
+
+    experts = "_grouped_mm" if "_grouped_mm" in vars(GroupedExperts) else "forward"
+    return {"inner_experts": f"GroupedExperts.{experts}", "rope": "CosSinRoPE._reshape_cache"}
+
+
+# Classes of upstream torchtitan (and torch's base module) in a swapped module's MRO: a method
+# of one of them running is not the replacement's own code.
+UPSTREAM_CLASSES = {"GroupedExperts", "CosSinRoPE", "RoPE", "Module", "object"}
+
+
 @pytest.mark.only_tiers("trn2", reason="the NKI MoE recipe (torchtitan_neuron) exists only on the Neuron stack")
 @pytest.mark.slow
 def test_nki_moe_swaps_experts_and_rope(titan_runs):
     """The write-up's MoE recipe swaps the grouped-experts implementation and uses a
-    gather-free rotary embedding: no layer runs upstream's ``GroupedExperts`` or
-    ``CosSinRoPE`` class itself."""
+    gather-free rotary embedding. Observed inside the run (Python's profiler around each
+    module's first forward, every rank): every grouped-experts and RoPE module ran code of a
+    class other than upstream's, and upstream's own compute method (the grouped matmul, the
+    position gather) did not run. A class renamed over upstream's computation fails."""
     run = require_trained(titan_runs.get(MOE_NATIVE))
-    classes = run.placements(0)["module_classes"]
-    swapped = {n: c for n, c in classes.items() if n.endswith((".inner_experts", ".rope"))}
-    expect(bool(swapped) and all(c not in ("GroupedExperts", "CosSinRoPE") for c in swapped.values()),
-           "grouped experts and RoPE are the NKI replacements", "not upstream's classes", swapped, run)
+    upstream = _upstream_compute_methods()
+    for rank in range(run.world_size):
+        ran = run.implementations(rank)
+        for kind, method in upstream.items():
+            modules = {n: r for n, r in ran.items() if n.rsplit(".", 1)[-1] == kind}
+            expect(bool(modules), f"rank {rank}: the {kind} modules ran a forward", "at least one",
+                   sorted(ran), run)
+            for name, record in sorted(modules.items()):
+                own = [m for m in record["ran"] if m.split(".", 1)[0] not in UPSTREAM_CLASSES]
+                expect(bool(own) and method not in record["ran"],
+                       f"rank {rank} {name} ({record['class']}): computed by the replacement",
+                       f"a method of its own class ran and upstream's {method} did not",
+                       f"ran {record['ran']} (classes {record['mro']})", run)
 
 
 @pytest.mark.slow

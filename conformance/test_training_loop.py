@@ -73,9 +73,9 @@ def _clipping_series(run):
 def test_optimizer_gets_the_clipped_gradients(tier, titan_runs, record_property, path):
     """With ``max_norm`` from the configuration, the gradients the optimizer is handed at each
     step have norm ``min(1, max_norm / (norm + 1e-6)) x norm`` of the pre-clip norm, on the
-    eager path and with ``grad_clip`` compiled. The runs have steps above and below
-    ``max_norm`` (``clipping_run``), so a loop that does not clip, or clips when it should
-    not, fails."""
+    eager path and with ``grad_clip`` compiled. ``max_norm`` is the median of the same model's
+    unclipped norms (``clipping_run``), so the runs have steps above and below it on any model
+    size, and a loop that does not clip, or clips when it should not, fails."""
     spec = clipping_run(tier, compiled=path == "compiled")
     run = require_trained(titan_runs.get(spec))
     limit = training_settings.max_norm(run.resolved_config())
@@ -87,8 +87,8 @@ def test_optimizer_gets_the_clipped_gradients(tier, titan_runs, record_property,
            f"norms on both sides of {limit}", pre, run)
     expected = [g * min(1.0, limit / (g + CLIP_EPS)) for g in pre]
     expect_close_series(handed, expected, tier.numerics.clip_rtol,
-                        f"the optimizer is handed gradients clipped to max_norm {limit}", run,
-                        record_property, detail=f"pre-clip norms (torchtitan's): {pre}")
+                        "the optimizer is handed gradients clipped to the configured max_norm", run,
+                        record_property, detail=f"max_norm {limit}; pre-clip norms (torchtitan's): {pre}")
 
 
 def _group_of(name: str, groups: list[dict]) -> dict:

@@ -56,6 +56,22 @@ def test_hung_rank_fails_within_timeout_and_leaves_nothing(tmp_path, record_prop
     assert "--- rank 1 stderr" in message and "hang.py" in message
 
 
+def test_a_launch_stopped_by_its_poll_says_why_and_leaves_nothing(tmp_path):
+    """The expected-failure cap's mechanism: a reason returned by ``on_poll`` stops the launch
+    there, well before its timeout, as a timeout that says why."""
+    start = time.monotonic()
+    reason = "the expected-failure cap: no step finished in 3 s"
+    argv = plan.torchrun_argv(2, [str(PROGRAMS / "hang.py")], tmp_path / "logs")
+    outcome = launcher.launch([argv], tmp_path, {}, 600.0, nproc_per_node=2,
+                              on_poll=lambda: reason if time.monotonic() - start > 3 else None)
+    elapsed = time.monotonic() - start
+    assert outcome.stopped == reason and outcome.timed_out and not outcome.ok
+    assert outcome.leftover_pids == []
+    assert elapsed < 3 + launcher.POLL_S + launcher.ABORT_GRACE_S + 2 * launcher.TERM_GRACE_S + 5, elapsed
+    assert f"stopped: {reason}; ranks still running then: [0, 1]" in launcher.describe_failure(outcome)
+    assert launcher.LaunchOutcome.from_dict(outcome.to_dict()).stopped == reason
+
+
 def test_raising_rank_is_named_with_its_traceback(tmp_path):
     outcome = _launch(tmp_path, "crash.py", "raise")
     assert not outcome.ok and not outcome.timed_out

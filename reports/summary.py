@@ -76,13 +76,22 @@ def _runs_section(report: dict) -> list[str]:
                 f"{steps[0]['loss']:.5f}" if steps else "-",
                 f"{steps[-1]['loss']:.5f}" if steps else "-",
                 f"{r['launch']['wall_s']:.1f}",
-                "ok" if r["ok"] else ("timed out" if r["launch"]["timed_out"] else f"exit {r['launch']['returncode']}"),
+                _run_status(r),
                 _compile_cache_cell(r.get("compile_cache")),
                 f"[plot](runs/{r['key']}.png)" if steps else "",
             ])
         lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "compile cache", "curve"], rows)
         lines.append("")
     return lines
+
+
+def _run_status(run: dict) -> str:
+    launch = run["launch"]
+    if run["ok"]:
+        return "ok"
+    if launch.get("stopped"):  # only known deviations asked for it: not re-measured
+        return "stopped at the expected-failure cap (not re-measured)"
+    return "timed out" if launch["timed_out"] else f"exit {launch['returncode']}"
 
 
 def render(report: dict, gate_result=None) -> str:

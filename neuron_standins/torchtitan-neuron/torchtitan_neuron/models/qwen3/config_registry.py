@@ -3,8 +3,8 @@
 Signature as the write-up calls it (CONTRACTS.md path 3): ``qwen3_nki_moe_config(flavor,
 compile_config=CompileConfig(...), n_layers=4, num_experts=64, top_k=4)``. It returns a
 ``Trainer.Config`` from upstream's Qwen3 MoE builders shrunk as asked, with the recipe's
-swaps: grouped experts -> ``NKIGroupedExperts``, rotary embedding -> ``GatherFreeRoPE``,
-SDPA attention in every layer. The model's width comes from the checkpoint folder the
+swaps: grouped experts -> ``NKIGroupedExperts``, rotary embedding -> ``GatherFreeRoPE``
+(each computing with code of its own), SDPA attention in every layer. The model's width comes from the checkpoint folder the
 harness names (``CONFORMANCE_MODEL_DIR``), as the rest of the trn2 tier's models do.
 """
 
@@ -14,24 +14,57 @@ import json
 import os
 from dataclasses import dataclass
 
+import torch
+import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
 from torchtitan.models.common.moe import GroupedExperts
 from torchtitan.models.common.rope import CosSinRoPE
 
 
 class NKIGroupedExperts(GroupedExperts):
-    """Stand-in for the NKI grouped-experts kernel: upstream's computation, another name."""
+    """Stand-in for the NKI grouped-experts kernel. It computes with code of its own, as the
+    recipe's replacement does (CONTRACTS.md path 3: "The recipe swaps the grouped-experts
+    implementation"), so the swap contract can see which implementation ran: each expert's
+    SwiGLU in a loop over experts, in bf16 as upstream's grouped matmul (torchtitan
+    ``GroupedExperts.forward``: ``x.bfloat16()`` and bf16 weights), instead of one
+    ``torch._grouped_mm``. Looser than the real kernel: CPU arithmetic, no NKI tiling."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(GroupedExperts.Config):
         pass
 
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        w1, w2, w3 = (w.to_local() if isinstance(w, DTensor) else w
+                      for w in (self.w1_EFD, self.w2_EDF, self.w3_EFD))
+        out = torch.zeros(x_RD.shape[0], w2.shape[1], dtype=torch.bfloat16, device=x_RD.device)
+        start = 0
+        for expert, count in enumerate(num_tokens_per_expert_E.tolist()):
+            x = x_RD[start:start + count].bfloat16()
+            hidden = F.silu(x @ w1[expert].bfloat16().t()) * (x @ w3[expert].bfloat16().t())
+            out[start:start + count] = hidden @ w2[expert].bfloat16().t()
+            start += count
+        return out.type_as(x_RD)
+
 
 class GatherFreeRoPE(CosSinRoPE):
-    """Stand-in for the gather-free rotary embedding: upstream's computation, another name."""
+    """Stand-in for the gather-free rotary embedding (CONTRACTS.md path 3): the cos/sin rows
+    are a slice of the table (positions 0..L-1) or computed from the given positions, never
+    gathered by index as upstream's ``CosSinRoPE._reshape_cache`` does. Same values as
+    upstream's table (the same float32 products ``position x inv_freq``)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(CosSinRoPE.Config):
         pass
+
+    def _reshape_cache(self, query: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        seq_len = query.shape[1]
+        if positions is None:
+            return self.cache[:seq_len].reshape(1, seq_len, 1, self.cache.shape[-1])
+        dim, theta = self.config.dim, self.config.theta
+        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, device=positions.device)[: dim // 2].float() / dim))
+        angles = positions.float()[..., None] * inv_freq
+        angles = torch.cat([angles, angles], dim=-1)
+        return torch.cat([angles.cos(), angles.sin()], dim=-1).unsqueeze(2)
 
 
 def _swap(node, old_cls, new_cfg_cls):
