@@ -136,19 +136,25 @@ def test_two_nodes_split_the_neuron_cores(tier, titan_runs):
 def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
     """The binding as the Neuron tools see it, not as the suite set it: with every rank on
     its device, ``neuron-ls -j`` (taken inside the run) lists each rank's process as using a
-    device, each device as many rank processes as it has logical cores (one process per
-    logical core), and no other process using the runtime on those devices."""
+    device, each device as many rank processes as there are ranks whose own core (the
+    ``NEURON_RT_VISIBLE_CORES`` the rank ran with) is one of the device's logical cores as
+    neuron-ls numbers them (all of them on a whole instance, fewer in a pod given some
+    cores), and no other process using the runtime on those devices."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     listing = run.probe_json(probe_files.neuron_ls())
     if listing.get("devices") is not None:
         held = neuron_host.neuron_processes(listing["devices"])
-        per_device = {d["neuron_device"]: d["nc_count"] for d in listing["devices"]}
+        device_cores = {d["neuron_device"]: list(d.get("neuroncore_ids") or []) for d in listing["devices"]}
         tool = "neuron-ls -j"
     else:  # a neuron-ls without -j (Neuron 2.21): its plain -a table
         expect(bool(listing.get("plain")), "neuron-ls -j or -a ran inside the run", "a device list", listing, run)
         held = neuron_host.table_processes(listing["plain"])
-        per_device = {d: len(ids) for d, ids in neuron_host.neuron_ls_devices(listing["plain"]).items()}
+        device_cores = neuron_host.neuron_ls_devices(listing["plain"])
         tool = "neuron-ls -a"
+    expect(bool(device_cores) and all(device_cores.values()), f"{tool} lists each device's logical core ids",
+           "ids per device", device_cores, run)
+    rank_cores = [int(run.placements(r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(run.world_size)]
+    per_device = {dev: sum(1 for core in rank_cores if core in ids) for dev, ids in device_cores.items()}
     ranks = {run.placements(r)["pid"]: r for r in range(run.world_size)}
     if held and not set(held) & set(ranks):
         # A container with its own PID namespace: neuron-ls lists the host's pids, which no
@@ -156,7 +162,7 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
         by_device = {dev: sum(1 for d in held.values() if d == dev) for dev in per_device}
         expect_equal(f"{tool} lists one runtime process per rank (its pids are another namespace's: "
                      "counted, not matched)", run.world_size, len(held), run, detail=f"listed: {held}")
-        expect_equal("each device holds one process per logical core",
+        expect_equal("each device holds one process per rank whose core is on it",
                      {dev: n for dev, n in per_device.items() if by_device[dev]},
                      {d: n for d, n in by_device.items() if n}, run)
         return
@@ -166,7 +172,7 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
     others = sorted(pid for pid in held if pid not in ranks)
     expect_equal("no process but the ranks uses the devices", [], others, run, detail=f"listed: {held}")
     counts = {dev: sum(1 for pid in ranks if held.get(pid) == dev) for dev in per_device}
-    expect_equal("each device holds one rank per logical core",
+    expect_equal("each device holds the ranks whose cores are on it",
                  {dev: n for dev, n in per_device.items() if counts[dev]}, {d: n for d, n in counts.items() if n},
                  run)
 
