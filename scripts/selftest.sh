@@ -9,21 +9,40 @@
 #      fork's vintage: one contract per area (scripts/b5bcd76-sample.txt) after the config
 #      preflight, against that stack's own expectations file;
 #   4. the Neuron dress rehearsal (the trn2 tier on CPU against stand-ins of the Neuron
-#      layer: CPU evidence only, never trn2 evidence) in the rehearsal environment
+#      layer: CPU evidence only, never trn2 evidence), on the host REHEARSAL_HOST (default: an
+#      EKS pod given two NeuronCores), in the rehearsal environment
 #      (.venv-rehearsal), through the two commands a trn2 user runs: scripts/install-trn2.sh
 #      and scripts/trn2.sh; then the trn2 upgrade rehearsed (scripts/rehearse-trn2-upgrade.sh:
 #      a labelled stand-in Neuron release changing one kernel message must be flagged alone).
 # Extra arguments go to every pytest session. Exits with the first non-zero status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The rehearsal's host in CI: an EKS pod given two NeuronCores (neuron_standins/hosts/): two
+# ranks on this 2-core machine; every host of the matrix still plans and runs its topology
+# contracts (meta_tests/test_rehearsal_hosts.py). Users' default is trn2.3xlarge (4 ranks).
+REHEARSAL_HOST=${REHEARSAL_HOST:-eks-pod-two-cores}
 venv=$(bash scripts/setup-venv.sh titan-0.3.0) || exit $?
-fork_venv=$(bash scripts/setup-venv.sh titan-5059f32) || exit $?
-newer_venv=$(bash scripts/setup-venv.sh titan-b5bcd76) || exit $?
 rehearsal_venv=$(bash scripts/setup-venv.sh rehearsal) || exit $?
-echo "selftest: venvs ready after ${SECONDS} s"
+echo "selftest: the reference and rehearsal venvs ready after ${SECONDS} s"
+# The two torchtitan-main venvs (hard-link clones of the reference venv plus one wheel each)
+# are built while the meta tests run: stage 1 does not use them, and the meta tests come
+# before the cpu tier's launches, whose timings the performance contracts read.
+mkdir -p reports/out
+( bash scripts/setup-venv.sh titan-5059f32 > reports/out/selftest-venv-5059f32.path &&
+  bash scripts/setup-venv.sh titan-b5bcd76 > reports/out/selftest-venv-b5bcd76.path ) \
+  2> reports/out/selftest-venvs.log &
+more_venvs=$!
 "$venv/bin/python" -m pytest meta_tests conformance -m "cpu or meta" --report-dir reports/out/selftest "$@"
 first=$?
 echo "selftest: meta tests and the cpu tier (torchtitan 0.3.0) done after ${SECONDS} s"
+if ! wait "$more_venvs"; then
+  cat reports/out/selftest-venvs.log >&2
+  echo "selftest: building the torchtitan-main venvs failed (above)" >&2
+  exit 1
+fi
+fork_venv=$(cat reports/out/selftest-venv-5059f32.path)
+newer_venv=$(cat reports/out/selftest-venv-b5bcd76.path)
+echo "selftest: the torchtitan-main venvs ready ($fork_venv, $newer_venv)"
 # shellcheck disable=SC2046
 "$fork_venv/bin/python" -m pytest $(grep -v '^#' scripts/5059f32-sample.txt) -m cpu \
   --report-dir reports/out/selftest-titan-5059f32 "$@"
@@ -36,7 +55,7 @@ newer=$?
 echo "selftest: the b5bcd76c6 sample done after ${SECONDS} s"
 (
   export VIRTUAL_ENV="$PWD/$rehearsal_venv" PATH="$PWD/$rehearsal_venv/bin:$PATH"
-  bash scripts/install-trn2.sh && bash scripts/trn2.sh --neuron-dress-rehearsal "$@" &&
+  bash scripts/install-trn2.sh && bash scripts/trn2.sh --neuron-dress-rehearsal --rehearsal-host "$REHEARSAL_HOST" "$@" &&
     bash scripts/rehearse-trn2-upgrade.sh
 )
 third=$?
