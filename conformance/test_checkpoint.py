@@ -67,6 +67,64 @@ def test_untied_export_reloads_complete(titan_runs, record_property):
                  (result.missing_keys, result.unexpected_keys), run)
 
 
+# torchtitan builds its parameters in float32, and FSDP's mixed precision
+# (``training.mixed_precision_param``) casts only the unsharded copy: "The optimizer step uses
+# the sharded parameter in the original dtype" (torch FSDP2 ``MixedPrecisionPolicy.param_dtype``,
+# torch/distributed/fsdp/_fully_shard/_fsdp_api.py).
+PARAMETER_DTYPE = torch.float32
+
+
+def _bits(tensor: torch.Tensor) -> tuple:
+    """A tensor's shape and exact bytes (the identity of its values, whatever its name)."""
+    return tuple(tensor.shape), tensor.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+@pytest.mark.slow
+def test_loaded_model_holds_the_checkpoints_values_bit_for_bit(titan_runs):
+    """The model a fine-tune starts from holds every tensor of the safetensors files bit for
+    bit, converted exactly to the parameters' dtype (float32): a reader that rounds on load
+    (fp32 weights read as bf16, say) fails. Read inside the ranks (every rank's shards after
+    one step at learning rate 0, which leaves AdamW's parameters unchanged), put together,
+    and matched with the files by content, not by name: torchtitan's state-dict adapter maps
+    the names, and it is part of what is under test."""
+    run = require_trained(titan_runs.get(LOAD_TIED_LR0_EXPORT))
+    source = checkpoints.read_tensors(titan_runs.checkpoints("hf_tied"))
+    loaded = run.final_state()
+    dtypes = {str(t.dtype) for t in loaded.values() if t.is_floating_point()}
+    expect_equal("the loaded parameters' dtype", {str(PARAMETER_DTYPE)}, dtypes, run)
+    held: dict[tuple, list[str]] = {}
+    for name, tensor in loaded.items():
+        held.setdefault(_bits(tensor), []).append(name)
+    expected = {k: v for k, v in source.items() if k != "lm_head.weight"}  # tied: the embedding
+    missing = {}
+    for name, tensor in sorted(expected.items()):
+        found = held.get(_bits(tensor.to(PARAMETER_DTYPE)))
+        if found:
+            found.pop()
+            if not found:
+                del held[_bits(tensor.to(PARAMETER_DTYPE))]
+        else:
+            missing[name] = _nearest(tensor.to(PARAMETER_DTYPE), loaded)
+    shown = dict(list(missing.items())[:6])
+    expect_equal("every checkpoint tensor is held by the loaded model, bit for bit", {}, shown, run,
+                 detail=f"{len(missing)} of {len(expected)} checkpoint tensors not held"
+                        + (f" (6 shown; also {sorted(missing)[6:]})" if len(missing) > 6 else "")
+                        + f"; {len(loaded)} tensors in the model's state")
+
+
+def _nearest(want: torch.Tensor, loaded: dict) -> str:
+    """What the loaded model holds closest to ``want``: which tensor of the same shape, its
+    largest difference, and whether it equals ``want`` rounded to bfloat16 or float16."""
+    same = [(k, t) for k, t in loaded.items() if t.shape == want.shape and t.is_floating_point()]
+    if not same:
+        return "no tensor of this shape"
+    name, tensor = min(same, key=lambda kt: (kt[1].float() - want).abs().max().item())
+    rounded = [str(d).replace("torch.", "") for d in (torch.bfloat16, torch.float16)
+               if torch.equal(tensor.float(), want.to(d).float())]
+    return (f"closest {name}: max abs diff {(tensor.float() - want).abs().max().item():.3g}"
+            + (f", equal to the checkpoint rounded to {rounded[0]}" if rounded else ""))
+
+
 @pytest.mark.slow
 def test_zero_step_export_equals_source(titan_runs):
     """A run that does not change the weights (1 step at learning rate 0; torchtitan writes
