@@ -256,76 +256,22 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     contracts the upgrade runs anyway), to tell a moved figure from a stale baseline."""
     base = {c["nodeid"]: c for c in baseline.get("contracts", [])}
     cand = {c["nodeid"]: c for c in candidate.get("contracts", [])}
-    contracts = []
-    for nodeid in sorted(set(base) | set(cand)):
-        b, c = base.get(nodeid), cand.get(nodeid)
-        category = categorize(b and b["outcome"], c and c["outcome"], (c or {}).get("message", ""))
-        entry = {"nodeid": nodeid, "before": b and b["outcome"], "after": c and c["outcome"],
-                 "category": category}
-        if category == "newly failing":
-            entry["repro_bundle"] = c.get("repro_bundle")
-            entry["message"] = c.get("message") or ""
-            entry["runs"] = c.get("runs") or []
-        if category == "unchanged" and entry["before"] == "xfailed" and entry["after"] == "xfailed":
-            entry["expectation"] = (c or {}).get("expectation")
-            entry["not_remeasured"] = deviation_remeasured(b, c)
-        if category == "upstream fixed":
-            entry["expectation"] = (b or {}).get("expectation") or (c or {}).get("expectation")
-        contracts.append(entry)
-
-    measured, unchanged_figures, compared_figures = [], [], 0
-    for nodeid in sorted(set(base) & set(cand)):
-        mb, mc = base[nodeid].get("measured") or {}, cand[nodeid].get("measured") or {}
-        pairs = [(name, mb[name], mc[name]) for name in sorted(set(mb) & set(mc)) if name not in NOT_A_FIGURE]
-        db, dc = _exported_dtypes(base[nodeid]), _exported_dtypes(cand[nodeid])
-        if db and dc:
-            pairs.append(("exported dtypes", db, dc))
-        for name, before, after in pairs:
-            compared_figures += 1
-            if before != after:
-                measured.append({"nodeid": nodeid, "name": name, "before": before, "after": after})
-            else:
-                unchanged_figures.append(f"{nodeid.split('::', 1)[-1]}: {name} = {_fmt(before)}")
-
+    contracts = [_contract_change(nodeid, base.get(nodeid), cand.get(nodeid))
+                 for nodeid in sorted(set(base) | set(cand))]
+    measured, unchanged_figures, compared_figures = _figure_changes(base, cand)
     runs_b, runs_c = _run_figures(baseline), _run_figures(candidate)
     runs = [{"run": name, "before": runs_b[name], "after": runs_c[name]}
             for name in sorted(set(runs_b) & set(runs_c))]
-
-    blocking = {k for k, (_, blocks) in CATEGORIES.items() if blocks}
     counts = {k: sum(1 for c in contracts if c["category"] == k) for k in CATEGORIES}
-    problems = [f"{counts[k]} {k}" for k in CATEGORIES if k in blocking and counts[k]]
-    new_failing = [c for c in contracts if c["category"] == "new" and c["after"] in BAD]
-    if new_failing:  # as the gate: a contract the baseline does not have that fails is a failure
-        problems.append(f"{len(new_failing)} new contract(s) failing (not in the baseline)")
-    if pip_check:
-        problems.append("pip check fails")
-    if not candidate.get("complete", False):
-        problems.append("the candidate's session did not complete")
-    fixed = counts["upstream fixed"]
     groups = group_failures(contracts, {r.get("key"): r for r in candidate.get("runs", []) if r.get("key")})
     xfails = [c for c in contracts if c["category"] == "unchanged" and c["before"] == "xfailed"
               and c["after"] == "xfailed"]
     still = [c for c in xfails if not c.get("not_remeasured")]
     unmeasured = [c for c in xfails if c.get("not_remeasured")]
-    if problems:
-        verdict = "FAIL: " + ", ".join(problems)
-        if groups:
-            owners = {}
-            for g in groups:
-                owners.setdefault(g["owner"], []).append(g)
-            verdict += " (" + "; ".join(
-                f"{sum(len(g['contracts']) for g in gs)} in {len(gs)} cause(s) {owner}"
-                for owner, gs in sorted(owners.items())) + ")"
-    elif fixed:
-        verdict = (f"PASS once {fixed} expectations line(s) are deleted: the candidate keeps every "
-                   "contract and fixes known deviations")
-    else:
-        verdict = "PASS: the candidate keeps every contract of the baseline"
-        if still:
-            verdict += f", {len(still)} known deviation(s) still holding"
+    problems = _problems(contracts, counts, pip_check, candidate)
     remeasured = mark_against_today(measured, today)
     return {
-        "verdict": verdict,
+        "verdict": _verdict(problems, groups, counts["upstream fixed"], still),
         "passed": not problems,
         "baseline_session": baseline.get("session"),
         "today_session": (today or {}).get("session"),
@@ -346,6 +292,75 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
         "pip_check": pip_check or [],
         "stack_preflight": candidate.get("stack_preflight", []),
     }
+
+
+def _contract_change(nodeid: str, b: dict | None, c: dict | None) -> dict:
+    """One contract's outcome before and after, its category, and what explains it."""
+    category = categorize(b and b["outcome"], c and c["outcome"], (c or {}).get("message", ""))
+    entry = {"nodeid": nodeid, "before": b and b["outcome"], "after": c and c["outcome"], "category": category}
+    if category == "newly failing":
+        entry["repro_bundle"] = c.get("repro_bundle")
+        entry["message"] = c.get("message") or ""
+        entry["runs"] = c.get("runs") or []
+    if category == "unchanged" and entry["before"] == "xfailed" and entry["after"] == "xfailed":
+        entry["expectation"] = (c or {}).get("expectation")
+        entry["not_remeasured"] = deviation_remeasured(b, c)
+    if category == "upstream fixed":
+        entry["expectation"] = (b or {}).get("expectation") or (c or {}).get("expectation")
+    return entry
+
+
+def _figure_changes(base: dict, cand: dict) -> tuple[list[dict], list[str], int]:
+    """The figures both sessions measured: those that moved, those that did not, how many."""
+    measured, unchanged_figures, compared_figures = [], [], 0
+    for nodeid in sorted(set(base) & set(cand)):
+        mb, mc = base[nodeid].get("measured") or {}, cand[nodeid].get("measured") or {}
+        pairs = [(name, mb[name], mc[name]) for name in sorted(set(mb) & set(mc)) if name not in NOT_A_FIGURE]
+        db, dc = _exported_dtypes(base[nodeid]), _exported_dtypes(cand[nodeid])
+        if db and dc:
+            pairs.append(("exported dtypes", db, dc))
+        for name, before, after in pairs:
+            compared_figures += 1
+            if before != after:
+                measured.append({"nodeid": nodeid, "name": name, "before": before, "after": after})
+            else:
+                unchanged_figures.append(f"{nodeid.split('::', 1)[-1]}: {name} = {_fmt(before)}")
+    return measured, unchanged_figures, compared_figures
+
+
+def _problems(contracts: list[dict], counts: dict, pip_check: list[str] | None, candidate: dict) -> list[str]:
+    """What fails the candidate: blocking categories, a new contract that fails (as the
+    gate), pip check, an incomplete session."""
+    blocking = {k for k, (_, blocks) in CATEGORIES.items() if blocks}
+    problems = [f"{counts[k]} {k}" for k in CATEGORIES if k in blocking and counts[k]]
+    new_failing = [c for c in contracts if c["category"] == "new" and c["after"] in BAD]
+    if new_failing:
+        problems.append(f"{len(new_failing)} new contract(s) failing (not in the baseline)")
+    if pip_check:
+        problems.append("pip check fails")
+    if not candidate.get("complete", False):
+        problems.append("the candidate's session did not complete")
+    return problems
+
+
+def _verdict(problems: list[str], groups: list[dict], fixed: int, still: list[dict]) -> str:
+    if problems:
+        verdict = "FAIL: " + ", ".join(problems)
+        if groups:
+            owners = {}
+            for g in groups:
+                owners.setdefault(g["owner"], []).append(g)
+            verdict += " (" + "; ".join(
+                f"{sum(len(g['contracts']) for g in gs)} in {len(gs)} cause(s) {owner}"
+                for owner, gs in sorted(owners.items())) + ")"
+        return verdict
+    if fixed:
+        return (f"PASS once {fixed} expectations line(s) are deleted: the candidate keeps every "
+                "contract and fixes known deviations")
+    verdict = "PASS: the candidate keeps every contract of the baseline"
+    if still:
+        verdict += f", {len(still)} known deviation(s) still holding"
+    return verdict
 
 
 def _fmt(value) -> str:
