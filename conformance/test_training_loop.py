@@ -22,7 +22,8 @@ import pytest
 
 from fixtures import lr_schedule, training_settings
 from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
-from fixtures.runs.catalogue import (DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, MICROBATCHES,
+from fixtures.rank import probe_files
+from fixtures.runs.catalogue import (DENSE_NATIVE_NO_AC, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, MICROBATCHES,
                                       SCHEDULE_AND_CLIP, accumulation, clipping_run, rank_scaling,
                                       tensor_parallel,
                                       tensor_parallel_reference, two_nodes)
@@ -371,6 +372,10 @@ def test_replicated_parameters_agree_across_tp_ranks(tier, titan_runs):
            "none differ", differing[:10], run, detail=f"{len(replicated)} replicated tensors compared")
 
 
+# How an allocation failure reads: torch's ``OutOfMemoryError`` ("... out of memory ..."), the
+# rehearsal's per-core cap (neuron_standins) and the Neuron runtime's allocation failures.
+OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|Failed to allocate", re.IGNORECASE)
+
 # The write-up's native config starts from torchtitan's qwen3_32b(), which sets full activation
 # checkpointing (``activation_checkpoint=FullAC.Config()``, torchtitan models/qwen3/config_registry.py;
 # CONTRACTS.md "The three paths"): each block keeps only its input and runs its forward again in
@@ -399,3 +404,28 @@ def test_activation_checkpointing_recomputes_every_block(tier, titan_runs):
                          f"{FULL_AC_FORWARDS_PER_MICROBATCH} times per microbatch (forward, and again in the "
                          "backward: full activation checkpointing)", {}, wrong, run,
                          detail=f"{record['model']} microbatch(es) this step")
+
+
+def test_activation_checkpointing_saves_less_for_the_backward(titan_runs, record_property):
+    """Full activation checkpointing in effect, across two runs: in each rank's first training
+    forward, what autograd saves for the backward (its own ``saved_tensors_hooks``, counted
+    inside the ranks) is less with the write-up's full AC than in the same run without it
+    (``activation_checkpoint=None``), where every block keeps its activations. A checkpoint
+    that recomputes but also keeps everything passes the recompute contract; not this one.
+    Eager runs: a compiled graph saves its tensors itself."""
+    with_ac = require_trained(titan_runs.get(DENSE_NATIVE))
+    without = titan_runs.get(DENSE_NATIVE_NO_AC)
+    if not without.ok and not (without.probe_dir / probe_files.saved_for_backward(0)).exists():
+        # a model that does not fit without AC (a 4B model in a NeuronCore's memory) shows it
+        # by running out of memory in that first forward: the evidence, if that is how it died
+        failure = without.failure_text()
+        expect(OUT_OF_MEMORY.search(failure) is not None, "the run without activation checkpointing recorded "
+               "its first forward, or ran out of device memory in it", "a record, or an out-of-memory error",
+               failure[:2000], without)
+        return
+    for rank in range(with_ac.world_size):
+        kept, full = with_ac.saved_for_backward(rank)["bytes"], without.saved_for_backward(rank)["bytes"]
+        record_property(f"rank {rank}: bytes saved for the backward, full AC / none", f"{kept} / {full}")
+        expect(0 < kept < full, f"rank {rank}: full activation checkpointing saves less for the backward than none",
+               f"fewer than the {full} bytes saved without it", kept, with_ac,
+               detail=f"reference run without AC: {without.run_dir}")
