@@ -260,8 +260,8 @@ def test_harness_refuses_bad_checkpoint_before_launch(titan_runs, kind, names):
     with pytest.raises(checkpoints.CheckpointError) as err:
         titan_runs.get(spec)
     expect(names in str(err.value), f"{kind}: the error names the culprit", names, str(err.value))
-    expect(not (titan_runs.root / titan_runs.key(spec)).exists(), f"{kind}: nothing was launched",
-           "no run folder", titan_runs.key(spec))
+    expect(titan_runs.run_folder(spec) is None, f"{kind}: nothing was launched",
+           "no run folder", titan_runs.run_folder(spec))
 
 
 @pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)

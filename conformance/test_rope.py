@@ -85,8 +85,8 @@ def test_bad_seq_len_rejected_before_launch(tier, titan_runs, seq):
                    seq_len=seq)
     with pytest.raises(rules.RopeShapeError, match=r"128 \* LNC"):
         titan_runs.get(spec)
-    expect(not (titan_runs.root / titan_runs.key(spec)).exists(),
-           "nothing was launched for a rejected run", "no run folder", titan_runs.key(spec))
+    expect(titan_runs.run_folder(spec) is None,
+           "nothing was launched for a rejected run", "no run folder", titan_runs.run_folder(spec))
 
 
 def test_kernel_rejects_bad_seq_len_itself(tier):
