@@ -13,7 +13,7 @@ from fixtures.tier_profile import cpu_profile
 from fixtures.runs.cache import RunCache
 from fixtures.runs.catalogue import Catalogue, Entry
 from fixtures.repo import REPO_ROOT as REPO
-from fixtures.runs.spec import RunSpec
+from fixtures.runs.spec import RunSpec, TrainingPath
 
 pytestmark = pytest.mark.meta
 
@@ -80,7 +80,7 @@ def test_a_module_only_some_runs_import_fails_those_runs_alone(tmp_path, broken_
     that import it, named once with them; a native run's preflight does not import it."""
     tier = dataclasses.replace(cpu_profile(), hf_backend_module=broken_module)
     native = RunSpec(config="dense_native", steps=1)
-    backend = RunSpec(config="hf_backend", path="hf_backend", steps=1)
+    backend = RunSpec(config="hf_backend", path=TrainingPath.HF_BACKEND, steps=1)
     cache = RunCache(tmp_path / "runs", tier, hf_assets=tmp_path, dataset=tmp_path, asset_key="x",
                      runs=Catalogue([Entry("native", lambda t: native), Entry("backend", lambda t: backend)]))
     assert broken_module not in cache.rank_imports(native)
