@@ -410,9 +410,11 @@ def test_activation_checkpointing_saves_less_for_the_backward(titan_runs, record
     """Full activation checkpointing in effect, across two runs: in each rank's first training
     forward, what autograd saves for the backward (its own ``saved_tensors_hooks``, counted
     inside the ranks) is less with the write-up's full AC than in the same run without it
-    (``activation_checkpoint=None``), where every block keeps its activations. A checkpoint
-    that recomputes but also keeps everything passes the recompute contract; not this one.
-    Eager runs: a compiled graph saves its tensors itself."""
+    (``activation_checkpoint=None``), where every block keeps its activations. It sees what
+    autograd keeps outside the checkpointed blocks (a wrapper that stops checkpointing, or
+    wraps less than the block); tensors a selective-checkpoint policy caches itself are not
+    autograd's saved tensors and are not counted. Eager runs: a compiled graph saves its
+    tensors itself."""
     with_ac = require_trained(titan_runs.get(DENSE_NATIVE))
     without = titan_runs.get(DENSE_NATIVE_NO_AC)
     if not without.ok and not (without.probe_dir / probe_files.saved_for_backward(0)).exists():
