@@ -18,5 +18,4 @@ pytest_plugins = [
     "fixtures.hypothesis_profiles",
     "reports.plugin",
     "fixtures.hygiene",
-    "pytester",  # meta_tests drive the plugins in throw-away pytest sessions
 ]

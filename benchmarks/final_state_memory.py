@@ -21,11 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# The published Qwen3-4B-Instruct-2507 config.json (the keys the model builder reads).
-QWEN3_4B = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
-            "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-            "max_position_embeddings": 40960, "rope_theta": 5000000, "rms_norm_eps": 1e-06,
-            "tie_word_embeddings": True}
+from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507  # noqa: E402  (the repository on sys.path first)
 
 
 def shard_bytes(shapes: dict[str, tuple], world: int, itemsize: int = 4) -> list[int]:
@@ -74,7 +70,7 @@ def main() -> int:
         print(f"  rank {rank}: shard file {shard.stat().st_size / 1e6:.3f} MB, peak RSS {peak:.3f} GiB")
     full = sum(t.numel() * t.element_size() for t in run.final_state().values())
     print(f"  a full gather would hold {full / 1e6:.3f} MB on every rank")
-    shapes = _model_shapes(QWEN3_4B)
+    shapes = _model_shapes(QWEN3_4B_INSTRUCT_2507)
     per_rank = shard_bytes(shapes, 64)
     total = sum(math.prod(s) * 4 for s in shapes.values())
     print(f"Qwen3-4B float32, 64 ranks (arithmetic): largest shard {max(per_rank) / 1e9:.3f} GB per rank; "

@@ -30,6 +30,7 @@ from fixtures.runs.catalogue import (
     UNTIED_MODEL_TIED_CHECKPOINT,
     bad_checkpoint_run,
 )
+from fixtures.runs.spec import Checkpoint, RunSpec
 
 pytestmark = pytest.mark.checkpoint
 
@@ -48,7 +49,7 @@ def test_tied_export_reloads_missing_only_lm_head(titan_runs, record_property):
     """Tied checkpoint in, HF export out, read back with transformers: missing keys exactly
     {lm_head.weight}, none unexpected, and the reloaded lm_head is the embedding."""
     run = require_trained(titan_runs.get(LOAD_TIED_LR0_EXPORT))
-    source = titan_runs.checkpoints("hf_tied")
+    source = titan_runs.checkpoints(Checkpoint.HF_TIED)
     model, result, tensors = hf_reference.reload_with_transformers(run.export_dir(), source)
     record_property("export_manifest", json.dumps(_manifest(tensors)))
     expect_equal("tied export: only lm_head.weight missing", ["lm_head.weight"], sorted(result.missing_keys), run)
@@ -63,7 +64,7 @@ def test_untied_export_reloads_complete(titan_runs, record_property):
     """Untied checkpoint in, export out: nothing missing, nothing unexpected."""
     run = require_trained(titan_runs.get(LOAD_UNTIED_LR0_EXPORT))
     model, result, tensors = hf_reference.reload_with_transformers(
-        run.export_dir(), titan_runs.checkpoints("hf_untied"))
+        run.export_dir(), titan_runs.checkpoints(Checkpoint.HF_UNTIED))
     record_property("export_manifest", json.dumps(_manifest(tensors)))
     expect_equal("untied export: no missing, no unexpected key", ([], []),
                  (result.missing_keys, result.unexpected_keys), run)
@@ -91,7 +92,7 @@ def test_loaded_model_holds_the_checkpoints_values_bit_for_bit(titan_runs):
     and matched with the files by content, not by name: torchtitan's state-dict adapter maps
     the names, and it is part of what is under test."""
     run = require_trained(titan_runs.get(LOAD_TIED_LR0_EXPORT))
-    source = checkpoints.read_tensors(titan_runs.checkpoints("hf_tied"))
+    source = checkpoints.read_tensors(titan_runs.checkpoints(Checkpoint.HF_TIED))
     loaded = run.final_state()
     dtypes = {str(t.dtype) for t in loaded.values() if t.is_floating_point()}
     expect_equal("the loaded parameters' dtype", {str(PARAMETER_DTYPE)}, dtypes, run)
@@ -131,14 +132,14 @@ def test_zero_step_export_equals_source(titan_runs):
     no export for 0 steps) exports every source tensor bit for bit, under the source's
     names: the ``model.`` prefix is removed on load and restored on export; the tied
     ``lm_head.weight`` is not written."""
-    _zero_step_export_equals_source(titan_runs, LOAD_TIED_LR0_EXPORT, "hf_tied")
+    _zero_step_export_equals_source(titan_runs, LOAD_TIED_LR0_EXPORT, Checkpoint.HF_TIED)
 
 
 @pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
 def test_zero_step_untied_export_equals_source(titan_runs):
     """The same for an untied checkpoint: every tensor, ``lm_head.weight`` included."""
-    _zero_step_export_equals_source(titan_runs, LOAD_UNTIED_LR0_EXPORT, "hf_untied")
+    _zero_step_export_equals_source(titan_runs, LOAD_UNTIED_LR0_EXPORT, Checkpoint.HF_UNTIED)
 
 
 def _zero_step_export_equals_source(titan_runs, spec, which):
@@ -146,7 +147,7 @@ def _zero_step_export_equals_source(titan_runs, spec, which):
     run = require_trained(titan_runs.get(spec))
     source = checkpoints.read_tensors(titan_runs.checkpoints(which))
     exported = checkpoints.read_tensors(run.export_dir())
-    expected_keys = sorted(k for k in source if not (which == "hf_tied" and k == "lm_head.weight"))
+    expected_keys = sorted(k for k in source if not (which == Checkpoint.HF_TIED and k == "lm_head.weight"))
     expect_equal("the export has the source's tensor names", expected_keys, sorted(exported), run)
     expect(all(k.startswith("model.") or k == "lm_head.weight" for k in exported),
            "exported names carry HF's model. prefix", "model.*", sorted(exported)[:3], run)
@@ -159,7 +160,7 @@ def test_trained_export_gives_the_trained_models_logits(tier, titan_runs, record
     """After 10 steps, the export read back with transformers gives the logits of the run's
     own final weights (gathered from the shards inside the run, torchtitan's names)."""
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    source_dir = titan_runs.checkpoints("hf_tied")
+    source_dir = titan_runs.checkpoints(Checkpoint.HF_TIED)
     final = run.final_state()
     hf_model, result, _ = hf_reference.reload_with_transformers(run.export_dir(), source_dir)
     titan_model = hf_reference.titan_model_from_state(final, source_dir)
@@ -168,7 +169,7 @@ def test_trained_export_gives_the_trained_models_logits(tier, titan_runs, record
     record_property("trained_export_max_abs_logit_error", err)
     expect(err <= LOGIT_ATOL, "reloaded export reproduces the trained model's logits",
            f"<= {LOGIT_ATOL}", err, run)
-    source = checkpoints.read_tensors(titan_runs.checkpoints("hf_tied"))
+    source = checkpoints.read_tensors(titan_runs.checkpoints(Checkpoint.HF_TIED))
     exported = checkpoints.read_tensors(run.export_dir())
     expect(not torch.equal(exported["model.embed_tokens.weight"], source["model.embed_tokens.weight"]),
            "training changed the weights that were exported", "changed", "identical to the source", run)
@@ -224,9 +225,9 @@ def test_untied_model_rejects_tied_checkpoint_clearly(titan_runs):
 @pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "names"), [
-    pytest.param("bad_truncated", "model.safetensors", id="truncated"),
-    pytest.param("bad_missing_shard", "model-00002-of-00002.safetensors", id="missing_shard"),
-    pytest.param("bad_wrong_shape", "model.layers.0.mlp.up_proj.weight", id="wrong_shape"),
+    pytest.param(Checkpoint.BAD_TRUNCATED, "model.safetensors", id="truncated"),
+    pytest.param(Checkpoint.BAD_MISSING_SHARD, "model-00002-of-00002.safetensors", id="missing_shard"),
+    pytest.param(Checkpoint.BAD_WRONG_SHAPE, "model.layers.0.mlp.up_proj.weight", id="wrong_shape"),
 ])
 def test_bad_checkpoint_fails_fast_naming_the_culprit(titan_runs, kind, names):
     """Straight into torchtitan (the harness's validation off): a broken checkpoint fails the
@@ -243,19 +244,17 @@ def test_bad_checkpoint_fails_fast_naming_the_culprit(titan_runs, kind, names):
 
 @pytest.mark.only_tiers("cpu", reason=tier_profile.TINY_CHECKPOINT_VARIANTS)
 @pytest.mark.parametrize(("kind", "names"), [
-    pytest.param("bad_truncated", "model.safetensors: truncated", id="truncated"),
-    pytest.param("bad_missing_shard", "names shard model-00002-of-00002.safetensors, which is missing",
+    pytest.param(Checkpoint.BAD_TRUNCATED, "model.safetensors: truncated", id="truncated"),
+    pytest.param(Checkpoint.BAD_MISSING_SHARD, "names shard model-00002-of-00002.safetensors, which is missing",
                  id="missing_shard"),
-    pytest.param("bad_wrong_shape", "tensor model.layers.0.mlp.up_proj.weight has shape [96, 64], "
+    pytest.param(Checkpoint.BAD_WRONG_SHAPE, "tensor model.layers.0.mlp.up_proj.weight has shape [96, 64], "
                  "config.json implies [128, 64]", id="wrong_shape"),
-    pytest.param("bad_no_tokenizer", "no tokenizer", id="no_tokenizer"),
+    pytest.param(Checkpoint.BAD_NO_TOKENIZER, "no tokenizer", id="no_tokenizer"),
 ])
 def test_harness_refuses_bad_checkpoint_before_launch(titan_runs, kind, names):
     """The harness validates a checkpoint folder before any rank starts (headers parsed as
     JSON, never unpickled; data coverage; index shards; shapes against config.json; a
     tokenizer) and names the file at fault. Nothing is launched."""
-    from fixtures.runs.spec import RunSpec
-
     spec = RunSpec(config="dense_native", steps=1, load=kind)
     with pytest.raises(checkpoints.CheckpointError) as err:
         titan_runs.get(spec)
@@ -268,7 +267,7 @@ def test_harness_refuses_bad_checkpoint_before_launch(titan_runs, kind, names):
 def test_missing_config_json_is_reported_when_needed(titan_runs):
     """The native path reads no config.json (its architecture is in the torchtitan config);
     the transformers backend needs one: the validator says so when asked."""
-    folder = titan_runs.checkpoints("bad_no_config")
+    folder = titan_runs.checkpoints(Checkpoint.BAD_NO_CONFIG)
     checkpoints.validate_hf_dir(folder)  # fine for the native path
     with pytest.raises(checkpoints.CheckpointError, match="config.json is missing"):
         checkpoints.validate_hf_dir(folder, need_config=True)

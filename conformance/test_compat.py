@@ -1,7 +1,7 @@
 """Cross-version contracts: what the trusted stack wrote, read by this one.
 
 Before a real upgrade a user needs to know that their checkpoints survive it. An upgrade check
-(``reports.upgrade``) runs these on the trusted stack, carries what that session wrote to the
+(``upgrades``) runs these on the trusted stack, carries what that session wrote to the
 candidate (``fixtures.trusted_artifacts``: a mid-training DCP checkpoint with the trusted
 stack's own continuation from it, and an HF export) and runs them again there with
 ``--trusted-artifacts``. Without that option the session's own runs stand for the trusted
@@ -20,6 +20,7 @@ from fixtures.contract import expect_close_series, expect_equal, require_trained
 from fixtures.run_fixtures import trusted_artifacts_of
 from fixtures.runs.catalogue import (LOAD_TIED_TRAIN_EXPORT, LOAD_TRUSTED_LR0_EXPORT, RESUME_AT,
                                      resumed_from_trusted, uninterrupted)
+from fixtures.runs.spec import Checkpoint
 
 pytestmark = [pytest.mark.resume, pytest.mark.slow]
 
@@ -61,7 +62,7 @@ def test_loads_the_trusted_export(request, tier, titan_runs):
     if trusted_artifacts_of(request.config) is None:  # the session's own export stands for the trusted one
         require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     run = require_trained(titan_runs.get(LOAD_TRUSTED_LR0_EXPORT))
-    source = checkpoints.read_tensors(titan_runs.checkpoints("trusted_export"))
+    source = checkpoints.read_tensors(titan_runs.checkpoints(Checkpoint.TRUSTED_EXPORT))
     exported = checkpoints.read_tensors(run.export_dir())
     expect_equal("the re-export has the trusted export's tensor names (none missing, none unexpected)",
                  sorted(source), sorted(exported), run)

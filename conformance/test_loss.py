@@ -15,6 +15,7 @@ from fixtures import hf_reference, tier_profile
 from fixtures.rank.titan import training_batch
 from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.runs.catalogue import DENSE_NATIVE, LOAD_PRETRAINED, LOAD_TIED_TRAIN_EXPORT
+from fixtures.runs.spec import Checkpoint
 
 pytestmark = [pytest.mark.loss, pytest.mark.slow]
 
@@ -43,7 +44,7 @@ def test_first_step_loss_equals_transformers_on_the_same_batch(tier, titan_runs)
     the run's), so a pipeline that labels the wrong token cannot pass."""
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     batches = [run.first_batch(r) for r in range(tier.nproc_per_node)]
-    folder = titan_runs.checkpoints("hf_tied")
+    folder = titan_runs.checkpoints(Checkpoint.HF_TIED)
     model = hf_reference.transformers_model(folder)
     reference = hf_reference.batch_loss(model, batches, hf_reference.eos_id(folder), _row_len(run))
     first = run.steps[0].loss
@@ -60,7 +61,7 @@ def test_first_step_loss_of_rank_0_equals_transformers(tier, titan_runs, record_
     loaded weights on rank 0's tokens alone, computed in the tier's dtype (cpu float32,
     trn2 bfloat16), within the tier's first_loss_rtol; labels derived from the inputs."""
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    folder = titan_runs.checkpoints("hf_tied")
+    folder = titan_runs.checkpoints(Checkpoint.HF_TIED)
     model = hf_reference.transformers_model(folder, tier.numerics.dtype)
     reference = hf_reference.batch_loss(model, [run.first_batch(0)], hf_reference.eos_id(folder), _row_len(run))
     recorded = run.first_rank_loss(0)
@@ -80,7 +81,7 @@ def test_labels_are_the_inputs_shifted_by_one(tier, titan_runs):
     predict the next token, not the current or a later one. Positions masked with -100 are
     excepted; a row's last label (its token lies outside the row) cannot be checked here."""
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    eos = hf_reference.eos_id(titan_runs.checkpoints("hf_tied"))
+    eos = hf_reference.eos_id(titan_runs.checkpoints(Checkpoint.HF_TIED))
     boundaries = 0
     for rank in range(tier.nproc_per_node):
         batch = run.first_batch(rank)

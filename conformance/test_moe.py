@@ -5,6 +5,10 @@ parallel 1, tensor parallel 1, FSDP over all ranks, SDPA) and "What upstream tor
 actually does" (``GroupedExperts`` runs ``torch._grouped_mm`` in bf16 even in an fp32 model).
 On the cpu tier the model is torchtitan's own Qwen3 MoE layers at tiny width; the routing is
 observed from inside the real run by a hook on every router.
+
+torchtitan's modules, and the suite's that import them, are imported inside the contracts
+that use them: on a stack lacking one, those contracts fail naming it, and the rest of the
+file still collects and runs.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import re
 import pytest
 import torch
 
-from fixtures import hf_reference
+from fixtures import checkpoints, final_state, hf_reference
 from fixtures.contract import expect, expect_equal, fail, require_trained
 from fixtures.rank.model_shapes import TINY, TINY_MOE
 from fixtures.runs.catalogue import MOE_NATIVE
@@ -155,7 +159,7 @@ def moe_pair(tmp_path_factory):
     from safetensors.torch import load_file
     from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 
-    from fixtures.rank.titan.tiny_qwen3 import tiny_qwen3_moe_model
+    from fixtures.rank.titan.tiny_qwen3 import tiny_qwen3_moe_model  # torchtitan: see the module docstring
 
     hf, path = _hf_moe(tmp_path_factory.mktemp("moe"), scale=10.0)
     on_disk = load_file(str(path / "model.safetensors"))
@@ -411,8 +415,6 @@ def test_moe_export_has_every_expert_under_its_global_id(titan_runs, tmp_path):
     transformers loads it with no key missing or unexpected, its expert e of every layer
     computing down(silu(gate(x)) * up(x)) with those weights."""
     import torch
-
-    from fixtures import checkpoints, final_state
 
     run = require_trained(titan_runs.get(MOE_NATIVE))
     tensors = checkpoints.read_tensors(run.export_dir())

@@ -10,6 +10,10 @@ against the full path from the ``Trainer.Config`` root; ``--override.imports`` e
 
 Expected sets come from ``glob_oracle`` below, written from the documented rules, never
 from calling fnmatch or the code under test.
+
+torchtitan's modules, and the suite's that import them, are imported inside the contracts
+that use them: on a stack lacking one, those contracts fail naming it, and the rest of the
+file still collects and runs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from hypothesis import strategies as st
 from fixtures.rank import probe_files
 from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.runs.catalogue import LAYER_OVERRIDE, LAYER_OVERRIDE_KWARGS, layers_10_to_19
+from fixtures.rank.titan import by_feature
 from fixtures.rank.titan.api import detect
 from fixtures.rank.titan.selectors import WRITEUP_SELECTOR
 
@@ -94,7 +99,7 @@ def register(fqns, target=None, factory=None, exact: bool = False) -> Registered
     from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE
 
-    from fixtures.rank.titan.rope_override import KernelRoPE
+    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see the module docstring
 
     module_name = f"conformance_dynamic_overrides_{next(_counter)}"
     module = types.ModuleType(module_name)
@@ -113,7 +118,7 @@ def register(fqns, target=None, factory=None, exact: bool = False) -> Registered
 
 
 def trainer_config(n_layers: int):
-    from fixtures.rank.titan.tiny_qwen3 import tiny_trainer_config
+    from fixtures.rank.titan.tiny_qwen3 import tiny_trainer_config  # torchtitan: see the module docstring
 
     return tiny_trainer_config(n_layers=n_layers)
 
@@ -125,7 +130,7 @@ def apply(imports, root) -> list[str]:
 
 
 def replaced_layers(model_config) -> list[int]:
-    from fixtures.rank.titan.rope_override import KernelRoPE
+    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see the module docstring
 
     return [i for i, layer in enumerate(model_config.layers)
             if isinstance(layer.attention.rope, KernelRoPE.Config)]
@@ -237,7 +242,7 @@ def test_exact_override_claims_only_its_exact_target(exact, selector, n_layers, 
     from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE, RoPE
 
-    from fixtures.rank.titan.rope_override import KernelRoPE
+    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see the module docstring
 
     class MarkedRoPE(CosSinRoPE):
         """What the override under test puts in: a class no node had before."""
@@ -382,9 +387,7 @@ def test_derive_copies_every_shared_field(fields):
     from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE
 
-    from fixtures.rank.titan.rope_override import KernelRoPE
-
-    from fixtures.rank.titan import by_feature
+    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see the module docstring
 
     source = by_feature.build(CosSinRoPE.Config, **fields)
     derived = derive(source, KernelRoPE.Config, lnc=1)

@@ -18,6 +18,7 @@ from fixtures.runs.catalogue import (
     HF_BACKEND_LOAD_TIED_ROTARY_FIXED,
     LOAD_TIED_TRAIN_EXPORT,
 )
+from fixtures.runs.spec import Checkpoint
 
 pytestmark = pytest.mark.paths
 
@@ -93,6 +94,6 @@ def test_backend_export_round_trip(titan_runs):
     names = sorted(checkpoints.read_tensors(backend.export_dir()))
     expect_equal("backend export has the native export's tensor names", sorted(checkpoints.read_tensors(native.export_dir())),
                  names, backend)
-    model, result, _ = hf_reference.reload_with_transformers(backend.export_dir(), titan_runs.checkpoints("hf_tied"))
+    model, result, _ = hf_reference.reload_with_transformers(backend.export_dir(), titan_runs.checkpoints(Checkpoint.HF_TIED))
     expect_equal("reloaded backend export misses only the tied lm_head", (["lm_head.weight"], []),
                  (sorted(result.missing_keys), result.unexpected_keys), backend)

@@ -9,6 +9,10 @@ contract (and its input checks, with the kernel's own messages) in plain PyTorch
 compared with torchtitan's and transformers' own RoPE. Which providers a tier compares, its
 kernel and its LNC come from the tier profile. Tests build CPU tensors; the ``nki`` provider
 moves them to the device in the device worker, so pytest never holds a NeuronCore.
+
+torchtitan's modules, and the suite's that import them, are imported inside the contracts
+that use them: on a stack lacking one, those contracts fail naming it, and the rest of the
+file still collects and runs.
 """
 
 from __future__ import annotations
@@ -26,17 +30,16 @@ from fixtures import kernel_preflight as preflight
 from fixtures import kernel_worker
 from fixtures.rank.kernels import adapter, rules
 from fixtures.rank import probe_files
-from fixtures.runs.catalogue import DENSE_NATIVE, dense_native_kernel_rope, kernel_rope_override
+from fixtures.runs.catalogue import DENSE_NATIVE, LOAD_TIED_TRAIN_EXPORT, dense_native_kernel_rope, kernel_rope_override
+from fixtures.rank.titan import by_feature
 from fixtures.rank.titan.api import detect
-from fixtures.runs.spec import RunSpec
+from fixtures.runs.spec import Checkpoint, RunSpec
 
 pytestmark = pytest.mark.rope
 
 
 def _titan_cache(head_dim: int, max_seq_len: int, theta: float) -> torch.Tensor:
-    from torchtitan.models.common.rope import CosSinRoPE
-
-    from fixtures.rank.titan import by_feature
+    from torchtitan.models.common.rope import CosSinRoPE  # see the module docstring
 
     return by_feature.build(CosSinRoPE.Config, dim=head_dim, max_seq_len=max_seq_len, theta=theta).build().cache
 
@@ -174,12 +177,10 @@ def test_model_rope_parameters_come_from_the_checkpoint(tier, titan_runs, record
     (``ROPE_CACHE_ATOL``). The cpu tier's tiny checkpoint has a theta no library defaults to
     (``fixtures.rank.model_shapes``), so a default winning over the configured value cannot
     pass: the failure shows what the default's rows would be."""
-    from torchtitan.models.common.rope import CosSinRoPE
-
-    from fixtures.runs.catalogue import LOAD_TIED_TRAIN_EXPORT
+    from torchtitan.models.common.rope import CosSinRoPE  # see the module docstring
 
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    stated = _checkpoint_rope(titan_runs.checkpoints("hf_tied"))
+    stated = _checkpoint_rope(titan_runs.checkpoints(Checkpoint.HF_TIED))
     expect(stated["scaling"] is None, "the checkpoint states no RoPE scaling (the write-up's Qwen3)",
            None, stated["scaling"])
     default = CosSinRoPE.Config.__dataclass_fields__["theta"].default
@@ -217,7 +218,7 @@ def test_transformers_rope_parameters_come_from_the_checkpoint(tier, titan_runs)
     from transformers import AutoConfig, Qwen3Config
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
-    folder = titan_runs.checkpoints("hf_tied")
+    folder = titan_runs.checkpoints(Checkpoint.HF_TIED)
     stated = _checkpoint_rope(folder)
     defaults = _rope_of(Qwen3Config().to_dict())["theta"]
     expect(stated["theta"] != defaults, "the checkpoint's rope_theta differs from transformers' Qwen3 default "
@@ -373,7 +374,7 @@ def test_kernel_matches_the_model_module(tier, data):
     calls it (``rope(q, k, positions)``, autograd backward), both on the tier's device (on a
     Neuron tier both in the device worker: the write-up's 0.0 is "new vs old RoPE" on the
     device), bit for bit in float32."""
-    from fixtures.rank.kernels import model_rope
+    from fixtures.rank.kernels import model_rope  # torchtitan: see the module docstring
 
     problem = data.draw(rope_problems(shapes=tier.kernel_shapes, max_seq_blocks=2), label="problem")
     problem = {**problem, "position_kind": "per_batch"}

@@ -353,8 +353,6 @@ def test_replicated_parameters_agree_across_tp_ranks(tier, titan_runs):
     import torch
     from safetensors.torch import load_file
 
-    from fixtures.rank import probe_files
-
     run = require_trained(titan_runs.get(tensor_parallel(tier)))
     layouts = [json.loads((run.probe_dir / probe_files.final_state_layout(r)).read_text())
                for r in range(run.world_size)]

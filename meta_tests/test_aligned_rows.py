@@ -4,10 +4,13 @@ documented sharding and packing), on the tiers' layouts."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fixtures import aligned_rows, packing
 from fixtures.aligned_rows import AlignedRows
+from fixtures.runs.spec import RunSpec
 
 pytestmark = pytest.mark.meta
 
@@ -30,12 +33,12 @@ def test_each_reader_block_holds_its_ranks_rows_step_by_step(ranks, rows, batche
             start, end = packing.shard_bounds(len(order), readers, q)
             narrow += order[start:end][step * spec.reader_rows:(step + 1) * spec.reader_rows]
         assert narrow == wide, f"step {step}"
-    assert AlignedRows.parse(spec.name) == spec
+    run = RunSpec(config="dense_native", dataset=spec)  # a run's input, kept through its record
+    assert RunSpec.from_json(json.loads(json.dumps(run.to_json()))) == run
+    assert f"dataset={spec.name}" in run.describe()
 
 
-def test_bad_names_and_layouts_are_refused():
-    with pytest.raises(KeyError, match="not an aligned-rows dataset name"):
-        AlignedRows.parse("c4_test")
+def test_bad_layouts_are_refused():
     with pytest.raises(aligned_rows.AlignedRowsError, match="must divide"):
         AlignedRows(ranks=4, rows=1, batches=2, reader_ranks=3)
 

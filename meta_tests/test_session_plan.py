@@ -9,6 +9,7 @@ from collections import namedtuple
 
 import pytest
 
+from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507
 from fixtures.runs import session_plan
 from fixtures.runs.cache import RunCache, SessionBudgetSpent
 from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, Catalogue,
@@ -17,16 +18,11 @@ from fixtures.tier_profile import cpu_profile, trn2_profile
 
 pytestmark = pytest.mark.meta
 
-QWEN3_4B = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
-            "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-            "max_position_embeddings": 262144, "rope_theta": 5000000, "rms_norm_eps": 1e-06,
-            "tie_word_embeddings": True}
-
 
 def _trn2(tmp_path):
     folder = tmp_path / "Qwen3-4B-Instruct-2507"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(QWEN3_4B))
+    (folder / "config.json").write_text(json.dumps(QWEN3_4B_INSTRUCT_2507))
     return trn2_profile("trn2.48xlarge", 2, folder)
 
 
@@ -37,9 +33,9 @@ def test_qwen3_4b_parameters_and_what_a_launch_writes(tmp_path):
     step); a launch recording nothing and saving no checkpoint writes only its logs; the
     uninterrupted resume run writes one full checkpoint (weights and two moments, 48 GB) and
     its last-step model (16 GB), the resumed run only its last-step model (its seed is linked)."""
-    params = session_plan.dense_parameters(QWEN3_4B)
+    params = session_plan.dense_parameters(QWEN3_4B_INSTRUCT_2507)
     assert 4.0e9 < params < 4.05e9, params
-    block = session_plan.dense_layer_parameters(QWEN3_4B)
+    block = session_plan.dense_layer_parameters(QWEN3_4B_INSTRUCT_2507)
     assert 0.10e9 < block < 0.102e9, block
     tier = _trn2(tmp_path)
     dumps = session_plan.launch_disk_bytes(DENSE_NATIVE_OPTIMIZER_TENSORS, tier, 64)

@@ -8,25 +8,21 @@ are part of a baseline), then writes ``reports/baselines/<stack id>.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+from reports.cli import command_parser
 from reports.gate import baseline_for
-from reports.pins import NotTrusted, read_report, trusted
+from reports.pins import read_trusted_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.baseline", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("reports.baseline", __doc__)
     parser.add_argument("run", type=Path)
     args = parser.parse_args(argv)
-    report = read_report(args.run)
-    try:
-        trusted(report)
-    except NotTrusted as exc:
-        print(f"not a baseline: {exc}", file=sys.stderr)
+    report = read_trusted_report(args.run, "not a baseline")
+    if report is None:
         return 1
     tiers = report["platforms"]
     if len(tiers) != 1:

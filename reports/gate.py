@@ -12,13 +12,13 @@ contract the baseline does not have that failed. Newly passing contracts and new
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fixtures import performance
+from reports.cli import command_parser
 from reports.pins import read_report
 
 GOOD = {"passed", "xfailed"}  # xfailed: a known deviation behaving as recorded
@@ -119,7 +119,7 @@ def performance_against(baseline: dict, run: dict) -> list[str]:
     """The performance figures against the baseline's: only on the same machine (an absolute
     time from another machine is not comparable, and the line says so). One launch each, so
     the interval holds the spread over steps only: informative, never a gate failure; the
-    upgrade check's interleaved launches give the verdict (reports.perf_compare)."""
+    upgrade check's interleaved launches give the verdict (upgrades.perf_compare)."""
     before, after = _performance_figures(baseline), _performance_figures(run)
     if not after:
         return []
@@ -164,8 +164,7 @@ def compare_with_file(path: Path, report: dict) -> GateResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.gate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("reports.gate", __doc__)
     parser.add_argument("baseline", type=Path)
     parser.add_argument("run", type=Path, help="a report.json, or the report folder holding it")
     args = parser.parse_args(argv)

@@ -11,10 +11,11 @@ Refuses a run with failures, errors or an incomplete report: only a trusted stac
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+from reports.cli import command_parser
 
 
 class NotTrusted(RuntimeError):
@@ -25,6 +26,18 @@ def read_report(path: Path) -> dict:
     """A session's report.json, given the file or the report folder holding it."""
     path = Path(path)
     return json.loads((path / "report.json" if path.is_dir() else path).read_text())
+
+
+def read_trusted_report(run: Path, refusal: str) -> dict | None:
+    """The report at ``run`` if its stack is trusted (``trusted``); else None, after saying
+    on stderr ``refusal: why``."""
+    report = read_report(run)
+    try:
+        trusted(report)
+    except NotTrusted as exc:
+        print(f"{refusal}: {exc}", file=sys.stderr)
+        return None
+    return report
 
 
 def trusted(report: dict) -> None:
@@ -69,17 +82,13 @@ def version_table(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.pins", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("reports.pins", __doc__)
     parser.add_argument("run", type=Path, help="a report.json, or the report folder holding it")
     parser.add_argument("--constraints", type=Path)
     parser.add_argument("--table", type=Path)
     args = parser.parse_args(argv)
-    report = read_report(args.run)
-    try:
-        trusted(report)
-    except NotTrusted as exc:
-        print(f"not emitting pins: {exc}", file=sys.stderr)
+    report = read_trusted_report(args.run, "not emitting pins")
+    if report is None:
         return 1
     if args.constraints:
         args.constraints.write_text(constraints(report))

@@ -12,11 +12,11 @@ its reason and link, or a defect to fix). An existing file is never overwritten.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from fixtures.expectations import EXPECTATIONS_DIR, parse
+from reports.cli import command_parser
 from reports.pins import read_report
 
 
@@ -40,8 +40,7 @@ def file_text(report: dict, tier: str, source: dict, inherited: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.write_expectations", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("reports.write_expectations", __doc__)
     parser.add_argument("run", type=Path)
     parser.add_argument("--expectations-dir", type=Path, default=EXPECTATIONS_DIR)
     args = parser.parse_args(argv)
