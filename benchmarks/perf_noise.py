@@ -1,5 +1,5 @@
 """Benchmark: the noise of the performance figures, and the A/A false-alarm rate of the
-upgrade check's comparison (``reports.perf_compare``).
+upgrade check's comparison (``upgrades.perf_compare``).
 
     .venv/bin/python benchmarks/perf_noise.py [--sessions 8] [--launches 3] [--tier cpu]
                                               [--save FILE] [--from FILE]
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from fixtures import performance  # noqa: E402
-from reports import perf_compare  # noqa: E402
+from upgrades import perf_compare  # noqa: E402
 
 
 def measure(sessions: int, tier: str) -> list[dict]:

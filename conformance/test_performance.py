@@ -8,7 +8,7 @@ processor on every rank (``time_metrics/end_to_end(s)``, ``throughput(tps)``,
 ``memory/max_reserved(GiB)``), split into warm-up and steady state by the rule of
 ``fixtures.performance`` (stated and tested there, not "skip step 1"). The figures go into
 ``report.json`` (``measured.performance``) and ``summary.md`` with their spread; the upgrade
-check compares them between stacks with the measured noise model (``reports.perf_compare``).
+check compares them between stacks with the measured noise model (``upgrades.perf_compare``).
 A slower step is never a red here: whether a step is slow is a comparison, not a threshold on
 one machine's absolute time. What is a red here is what no machine excuses: no steady state,
 a figure that cannot be measured, and memory that keeps growing (a leak, against the tier's

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from reports import bisect_commits
-from reports.bisect_commits import Commit, RangeError, Tried
+from upgrades import bisect_commits
+from upgrades.bisect_commits import Commit, RangeError, Tried
 
 pytestmark = pytest.mark.meta
 

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from reports import candidates
-from reports.candidates import CandidateUsageError, parse
-from reports.stacks import REPO
+from upgrades import candidates
+from upgrades.candidates import CandidateUsageError, parse
+from upgrades.stacks import REPO
 
 pytestmark = pytest.mark.meta
 
@@ -69,7 +69,7 @@ def test_a_neuron_release_set_file():
 
 
 def test_the_upgrade_command_exits_2_with_one_line_on_bad_input(capsys):
-    from reports import upgrade
+    from upgrades import check as upgrade
 
     assert upgrade.main(["--candidate", "torchtitan>=0.3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -95,7 +95,7 @@ ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics
 def test_a_not_built_candidate_keeps_pips_reason_and_names_the_configured_constraint(monkeypatch, tmp_path):
     """The NOT BUILT page's message carries pip's "The conflict is caused by" block (stdout)
     and, when a constraint blocks, the constraint files pip's own configuration applies."""
-    from reports import candidate_env
+    from upgrades import candidate_env
 
     monkeypatch.setattr(candidate_env, "pip_constraints", lambda python: ["/etc/corp/pip-constraints.txt"])
     text = candidate_env.pip_failure(PIP_CONFLICT_STDOUT, PIP_CONFLICT_STDERR, tmp_path / "python")

@@ -1,5 +1,5 @@
 """The performance rules (``fixtures.performance``) and the upgrade check's performance verdict
-(``reports.perf_compare``), on series: the warm-up rule as stated, the noise model on an A/A
+(``upgrades.perf_compare``), on series: the warm-up rule as stated, the noise model on an A/A
 pair of real launches (must not flag) and on the same launches with a slowdown and a memory
 growth applied (must flag), and the verdicts the page prints.
 
@@ -18,7 +18,7 @@ import pytest
 
 from fixtures import performance
 from fixtures.performance import CPU_PERF, PerfPolicy
-from reports import perf_compare
+from upgrades import perf_compare
 
 pytestmark = pytest.mark.meta
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reports import candidate_env, upgrade, upgrade_compare
-from reports.stacks import REPO, STACKS
+from upgrades import candidate_env, check as upgrade, compare as upgrade_compare
+from upgrades.stacks import REPO, STACKS
 
 pytestmark = pytest.mark.meta
 
@@ -192,7 +192,7 @@ def test_real_candidate_end_to_end(tmp_path):
     """A real candidate (transformers 5.24.0 over the trusted stack, from the package index)
     built, its versions contracts run (no launch), compared with the committed baseline."""
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "reports.upgrade", "--candidate", "transformers==5.24.0",
+    proc = subprocess.run([sys.executable, "-m", "upgrades", "--candidate", "transformers==5.24.0",
                            "--out", str(out), "--performance-launches", "0", "--", "conformance/test_versions.py", "-m", "cpu", "-q"],
                           cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -208,7 +208,7 @@ def test_real_candidate_end_to_end(tmp_path):
 def test_the_console_counts_contracts_not_arguments():
     """A full-tier selection is its options, not '<7 contracts whose outcome changed>'; a list
     of node ids is counted as contracts."""
-    from reports.upgrade import describe_selection
+    from upgrades.check import describe_selection
 
     full = ["conformance", "-m", "cpu", "--inherit-expectations", "cpu-torch2.14-titan0.3", "-p", "no:x"]
     assert describe_selection(full) == "conformance -m cpu --inherit-expectations cpu-torch2.14-titan0.3 -p no:x"
@@ -294,7 +294,7 @@ def test_a_build_no_index_serves_is_promoted_as_a_new_stack(tmp_path):
     """A wheel, git or checkout candidate that passes is not pinned into the trusted stack's
     constraints (pip could not fetch that version, and the stack's extra requires its own
     torchtitan): the page gives the steps of a new stack built from a wheelhouse."""
-    from reports.candidates import Candidate
+    from upgrades.candidates import Candidate
 
     wheel = Candidate(text="/w/torchtitan-0.2.2+gitabc1234-py3-none-any.whl", kind="wheel", name="torchtitan",
                       install=("/w/torchtitan-0.2.2+gitabc1234-py3-none-any.whl",), version="0.2.2+gitabc1234")
@@ -317,7 +317,7 @@ def test_a_candidate_matrix_checks_each_set_once_and_writes_one_page(tmp_path, m
     check with its own folder and the same options and selection; one page has a row per set
     (verdict, causes, wall time), a NOT BUILT row with pip's reason; trn2's trusted session is
     run once and handed to the later rows."""
-    from reports import upgrade_matrix
+    from upgrades import matrix as upgrade_matrix
 
     matrix = tmp_path / "m.txt"
     matrix.write_text("# the last torch releases\ntorch==2.15.0\ntorch==2.13.0  # older\n\ntorch==9.9 transformers==1\n")

@@ -2,7 +2,7 @@
 # The trn2 performance gate, rehearsed (REHEARSAL ONLY: CPU stand-ins, never trn2 evidence):
 # a labelled stand-in Neuron release whose RoPE kernel is slower and computes the same values
 # (neuron_standins/releases/rehearsal.3-slow-kernel.json) is checked with the command a trn2
-# user runs (python -m reports.upgrade --tier trn2 ...) on the performance contracts, with
+# user runs (python -m upgrades --tier trn2 ...) on the performance contracts, with
 # the trusted and candidate performance sessions interleaved. It passes only when no contract
 # changes outcome and the performance verdict is SLOWER. About 8 minutes on 2 cores, so not
 # part of CI (scripts/selftest.sh); its last page is reports/examples/.
@@ -14,7 +14,7 @@ out=reports/out/upgrade-rehearsal-perf
 rm -rf "$out"
 wheel=$("$venv/bin/python" scripts/build_standin_release.py neuron_standins/releases/rehearsal.3-slow-kernel.json "$out/release")
 status=0
-"$venv/bin/python" -m reports.upgrade --tier trn2 --trusted-venv "$venv" --candidate "$wheel" --no-deps \
+"$venv/bin/python" -m upgrades --tier trn2 --trusted-venv "$venv" --candidate "$wheel" --no-deps \
   --out "$out" --performance-launches 3 "$@" -- conformance/test_performance.py -m trn2 --neuron-dress-rehearsal || status=$?
 "$venv/bin/python" - "$out/upgrade.json" "$status" <<'PY'
 import json, sys

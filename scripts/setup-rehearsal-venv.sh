@@ -23,7 +23,7 @@ fi
 echo "setup-rehearsal-venv: building $venv (clone of $base, stand-ins compiled and installed)" >&2
 rm -rf "$venv"
 "$base/bin/python" -c 'import sys; from pathlib import Path
-from reports.candidate_env import clone_venv
+from upgrades.candidate_env import clone_venv
 clone_venv(Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve())' "$base" "$venv"
 # --no-build-isolation: torch_neuronx._C is compiled against the torch it will run with.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \

@@ -78,7 +78,7 @@ case "$STACK" in
     base=$(bash scripts/setup-venv.sh titan-0.3.0)
     rm -rf "$venv"
     "$base/bin/python" -c 'import sys; from pathlib import Path
-from reports.candidate_env import clone_venv
+from upgrades.candidate_env import clone_venv
 clone_venv(Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve())' "$base" "$venv" ;;
   *) [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv" ;;
 esac

@@ -1,6 +1,6 @@
 """The first commit of a range that flips the contracts whose outcome changed over it.
 
-    python -m reports.upgrade --bisect-commits torchtitan GOOD..BAD --git-repo PATH
+    python -m upgrades --bisect-commits torchtitan GOOD..BAD --git-repo PATH
                               [--stack titan-5059f32] [-- PYTEST SELECTION]
 
 1. Both ends are built and run on the selection (default: the cpu tier); the contracts whose
@@ -29,8 +29,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from reports import candidate_env
-from reports.candidates import Candidate
+from upgrades import candidate_env
+from upgrades.candidates import Candidate
 
 # The files of a torchtitan tree a wheel is built from (as ../shared/wheels/README.md says).
 PACKAGE_FILES = {"torchtitan": ("torchtitan", "torchtitan_recipes", "assets", "pyproject.toml", "README.md", "LICENSE"),

@@ -1,5 +1,5 @@
 """The CPU reference stacks this repository builds (``scripts/setup-venv.sh``): their venv and
-constraints file, for the tools that work beside them (``reports.upgrade``)."""
+constraints file, for the tools that work beside them (``upgrades``)."""
 
 from __future__ import annotations
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from fixtures.tier_profile import NKI_LIBRARY_NEURON_ONLY
-from reports.candidates import Candidate, CandidateUsageError, parse
+from upgrades.candidates import Candidate, CandidateUsageError, parse
 from reports.inventory import pip_check_problems
-from reports.stacks import REPO, STACKS, Stack
+from upgrades.stacks import REPO, STACKS, Stack
 
 CACHE = REPO / ".cache" / "upgrade"
 
@@ -221,7 +221,7 @@ def pip_failure(stdout: str, stderr: str, python: Path) -> str:
 
 def build(stack: Stack, pins, say=print, options: InstallOptions = InstallOptions(),
           check: bool = True) -> CandidateEnv:
-    """The candidate environment of ``pins`` (candidate strings or ``reports.candidates.Candidate``)
+    """The candidate environment of ``pins`` (candidate strings or ``upgrades.candidates.Candidate``)
     over ``stack``, built once and then reused. ``check=False``: no ``pip check`` (a bisection's
     midpoint installed ``--no-deps`` declares requirements of its own day; whether it imports
     is what decides)."""
@@ -271,6 +271,6 @@ def build(stack: Stack, pins, say=print, options: InstallOptions = InstallOption
     return env
 
 
-if __name__ == "__main__":  # a manual check: python -m reports.candidate_env STACK PIN...
+if __name__ == "__main__":  # a manual check: python -m upgrades.candidate_env STACK PIN...
 
     print(json.dumps(build(STACKS[sys.argv[1]], sys.argv[2:]).to_json(), indent=1))

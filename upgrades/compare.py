@@ -25,7 +25,7 @@ CATEGORIES = {
 
 
 # Measured values that are not compared as figures: the export manifest (its dtypes are, below)
-# and the performance figures (judged by the noise model of reports.perf_compare, never by
+# and the performance figures (judged by the noise model of upgrades.perf_compare, never by
 # equality of one launch each).
 NOT_A_FIGURE = {"export_manifest", "performance"}
 

@@ -1,15 +1,15 @@
 """Before an upgrade: build the candidate stack beside the trusted one, run the suite there,
 and say what changed and which package did it.
 
-    python -m reports.upgrade --candidate transformers==5.24.0 [--candidate PKG==VER ...]
+    python -m upgrades --candidate transformers==5.24.0 [--candidate PKG==VER ...]
                               [--stack titan-0.3.0] [--bisect] [--out DIR] [-- PYTEST ARGS...]
 
-1. The candidate environment (``reports.candidate_env``): the trusted venv cloned with hard
+1. The candidate environment (``upgrades.candidate_env``): the trusted venv cloned with hard
    links under ``.cache/upgrade/<id>/venv``, the pins installed over it, every version the
    resolver changed recorded, ``pip check`` required.
 2. The cpu tier in that environment (``pytest conformance -m cpu``, or the PYTEST ARGS given
    after ``--``), with its own report; the session's stack preflight runs first there.
-3. The comparison with the committed baseline of the trusted stack (``reports.upgrade_compare``):
+3. The comparison with the committed baseline of the trusted stack (``upgrades.compare``):
    ``upgrade.md`` and ``upgrade.json`` in ``--out`` (default ``reports/out/upgrade/<id>/``), a
    verdict line, and, when the candidate passes, its constraints file and the commands that
    promote it.
@@ -34,8 +34,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from fixtures.performance import CPU_PERF, TRN2_PERF
-from reports import bisect_commits, candidate_env, candidates, perf_compare, upgrade_compare, upgrade_matrix
-from reports.stacks import DEFAULT_STACK, REPO, STACKS, Stack
+from upgrades import bisect_commits, candidate_env, candidates, compare, matrix, perf_compare
+from upgrades.stacks import DEFAULT_STACK, REPO, STACKS, Stack
 
 DEFAULT_SELECTION = ["conformance", "-m", "cpu"]
 
@@ -158,7 +158,7 @@ def bisect(stack: Stack, cands: list, changed: list[str], baseline: dict, candid
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2: bad input is a usage error, not a verdict
-        say(f"upgrade: {message} (python -m reports.upgrade --help)")
+        say(f"upgrade: {message} (python -m upgrades --help)")
         raise SystemExit(2)
 
 
@@ -167,7 +167,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         selection = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
-    parser = _Parser(prog="python -m reports.upgrade", description=__doc__,
+    parser = _Parser(prog="python -m upgrades", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidate", action="append", default=[], metavar="CANDIDATE",
                         help="name==version, a wheel file, 'name @ git+URL@commit', or a checkout folder")
@@ -181,7 +181,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="a clone of the candidate's repository, for commit dates (and --bisect-commits)")
     parser.add_argument("--bisect-commits", nargs=2, default=None, metavar=("PACKAGE", "GOOD..BAD"),
                         help="the first commit of GOOD..BAD (of --git-repo) that flips the contracts whose "
-                             "outcome changed over the range (reports.bisect_commits)")
+                             "outcome changed over the range (upgrades.bisect_commits)")
     parser.add_argument("--bisect-with-deps", action="store_true",
                         help="--bisect-commits: install each build with the requirements it adds (from the index), "
                              "for a range across which the package's requirements change (default: --no-deps)")
@@ -202,13 +202,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "without it, the figures of the trusted stack's cross-version session, which the "
                              "upgrade runs anyway, are used")
     parser.add_argument("--performance-launches", type=int, default=3, metavar="N",
-                        help="performance sessions of each stack, interleaved trusted/candidate (reports.perf_compare); "
+                        help="performance sessions of each stack, interleaved trusted/candidate (upgrades.perf_compare); "
                              "0: no performance check (the page says so)")
     parser.add_argument("--accept-performance", action="store_true",
                         help="a SLOWER/LARGER/LEAKING performance verdict does not fail the upgrade; the page records it")
     parser.add_argument("--candidate-matrix", type=Path, default=None, metavar="FILE",
                         help="several candidate sets, one per line, each checked against the one trusted stack; "
-                             "one page with a row per set (reports.upgrade_matrix)")
+                             "one page with a row per set (upgrades.matrix)")
     return parser.parse_args(argv), selection
 
 
@@ -295,13 +295,13 @@ def bisect_commits_main(args, selection: list[str]) -> int:
 
 
 def _matrix_main(args, argv: list[str]) -> int:
-    """``--candidate-matrix``: this command once per line of the file (reports.upgrade_matrix)."""
+    """``--candidate-matrix``: this command once per line of the file (upgrades.matrix)."""
     rest = [a for i, a in enumerate(argv) if a != "--candidate-matrix" and
             (i == 0 or argv[i - 1] != "--candidate-matrix") and not a.startswith("--candidate-matrix=")]
     out = (args.out or REPO / "reports" / "out" / "upgrade" / f"matrix-{args.candidate_matrix.stem}").resolve()
     if args.out is not None:
         rest = [a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")]
-    return upgrade_matrix.run(args.candidate_matrix, rest, out, main)
+    return matrix.run(args.candidate_matrix, rest, out, main)
 
 
 def _candidates(args) -> list | None:
@@ -446,14 +446,14 @@ def main(argv: list[str] | None = None) -> int:
     if selection not in (DEFAULT_SELECTION, ["conformance", "-m", "trn2"]) or args.tier == "trn2":
         ran = {c["nodeid"] for c in candidate["contracts"]}  # compare only what both ran
         baseline = {**baseline, "contracts": [c for c in baseline["contracts"] if c["nodeid"] in ran]}
-    result = upgrade_compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
+    result = compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
     _place_paths(result, baseline_path, out)
     result.update(selection=selection, candidates=[c.to_json() for c in cands])
     _with_performance(result, performance_check(args, stack.venv / "bin" / "python", env, out, extra, selection))
     bisect_result = _bisect_changed(args, stack, cands, baseline, candidate, result, out, options, extra[:2])
     promote = _promotion(result, selection, stack, env, cands)
     (out / "upgrade.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / "upgrade.md").write_text(upgrade_compare.render(result, title=title, promote=promote,
+    (out / "upgrade.md").write_text(compare.render(result, title=title, promote=promote,
                                                             bisect=bisect_result))
     asked = [c for c in env.changes if c.kind == "candidate"]
     say(f"upgrade: {result['verdict']}")

@@ -4,7 +4,7 @@
 
 Each non-comment line of FILE is one candidate set, its candidates separated by whitespace
 (``torch==2.15.0``; ``torch==2.15.0 transformers==5.24.0``; a wheel path). Every row is the
-single upgrade check (``reports.upgrade``) with its own folder (``row-N/``: its page, its
+single upgrade check (``upgrades``) with its own folder (``row-N/``: its page, its
 candidate's session); each environment is built once (the candidate environment cache), and
 the trusted session runs once: on cpu the committed baseline serves every row, on trn2 the
 first row's trusted session is handed to the others (``--baseline-report``). ``matrix.md``
@@ -61,7 +61,7 @@ def render(entries: list[dict], title: str) -> str:
 
 
 def run(matrix: Path, argv: list[str], out: Path, check) -> int:
-    """``check(argv)`` is the single upgrade check (``reports.upgrade.main``); ``argv`` its
+    """``check(argv)`` is the single upgrade check (``upgrades.check.main``); ``argv`` its
     options without the matrix. Returns 0 when every row passed, 1 otherwise, 2 on bad input."""
     try:
         sets = rows(matrix)
