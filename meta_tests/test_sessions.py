@@ -136,10 +136,22 @@ def test_session_with_orphan_fails_and_kills_it(tmp_path):
     assert orphans(session) == []
 
 
-def _untracked(repo: Path) -> set[str]:
-    out = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
-                         cwd=repo, capture_output=True, text=True).stdout
-    return {line[3:] for line in out.splitlines() if "__pycache__" not in line}
+WRITE_AUDIT = Path(__file__).resolve().parent / "write_audit"
+
+
+def _audited_env(env: dict[str, str], log: Path, *roots: Path) -> dict[str, str]:
+    """``env`` with every Python process of the session recording where under ``roots`` it
+    writes (``write_audit/sitecustomize.py``): attributable to this session alone, where a
+    ``git status`` before and after also counts what a concurrent session writes."""
+    return {**env, "CONFORMANCE_META_WRITE_LOG": str(log),
+            "CONFORMANCE_META_WRITE_ROOTS": os.pathsep.join(str(r) for r in roots),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(WRITE_AUDIT), env.get("PYTHONPATH", "")) if p)}
+
+
+def _writes(log: Path) -> list[tuple[int, str, Path]]:
+    """(pid, audit event, path) per write the audited session made under its roots."""
+    rows = (line.split(" ", 2) for line in log.read_text().splitlines()) if log.exists() else ()
+    return [(int(pid), event, Path(path)) for pid, event, path in rows]
 
 
 def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
@@ -152,11 +164,13 @@ def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
     (report / "runs").mkdir(parents=True)
     (report / "runs" / "stale.json").write_text(json.dumps({"key": "stale", "description": "old"}))
     (report / "repro" / "old_bundle").mkdir(parents=True)
-    before = _untracked(REPO)
+    log = tmp_path / "writes.log"
     proc = subprocess.run(
-        _pytest_argv("failing_session.py", report, cache, "-m", "cpu"), cwd=REPO,
-        env=_session_env(f"meta-secret-{uuid.uuid4().hex[:8]}", HF_TOKEN=FAKE_HF_TOKEN,
-                         AWS_SECRET_ACCESS_KEY=FAKE_AWS_SECRET),
+        _pytest_argv("failing_session.py", report, cache, "-m", "cpu",
+                     "-o", f"cache_dir={cache / 'pytest'}"), cwd=REPO,
+        env=_audited_env(_session_env(f"meta-secret-{uuid.uuid4().hex[:8]}", HF_TOKEN=FAKE_HF_TOKEN,
+                                      AWS_SECRET_ACCESS_KEY=FAKE_AWS_SECRET),
+                         log, REPO, tmp_path),
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout[-3000:]
     # live progress shows in -q output: the launch, each step's loss, the end
@@ -184,9 +198,15 @@ def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
     assert {"command.sh", "resolved_config.json", "rank0.stderr.tail.log", "rank1.stderr.tail.log"} <= run_files, run_files
     assert "torchrun" in (run_dirs[0] / "command.sh").read_text()
     assert str(bundle) in proc.stdout, "the failure message names the bundle"
-    inside = str(tmp_path.resolve().relative_to(REPO)) if tmp_path.resolve().is_relative_to(REPO) else None
-    new = {p for p in _untracked(REPO) - before if not (inside and p.startswith(inside))}
-    assert new == set(), "the session wrote outside its report and cache folders"
+    writes = _writes(log)
+    # the audit saw the session: the pytest process's report and a rank's files in the cache
+    assert any(p.is_relative_to(report.resolve()) for _, _, p in writes), writes[:20]
+    by_rank = {pid for pid, _, p in writes if p.is_relative_to(cache.resolve()) and ".rank" in p.name}
+    assert by_rank, [str(p) for _, _, p in writes]
+    ours = (report.resolve(), cache.resolve())
+    elsewhere = sorted({f"{p} ({event}, pid {pid})" for pid, event, p in writes
+                        if not any(p.is_relative_to(o) for o in ours) and "__pycache__" not in p.parts})
+    assert elsewhere == [], f"the session wrote outside its report and cache folders: {elsewhere}"
 
 
 def test_last_failed_reruns_only_the_failure(tmp_path):

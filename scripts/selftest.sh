@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up the venvs (if needed) and run the suite's own tests:
-#   1. meta_tests/ plus the cpu tier on the reference stack (torchtitan 0.3.0, .venv);
+#   1. meta_tests/ (two xdist workers, one test file each at a time), then the cpu tier on
+#      the reference stack (torchtitan 0.3.0, .venv) alone on the machine;
 #   2. the cpu tier on the fork's-vintage stack (torchtitan main at 5059f32c5,
 #      .venv-titan-5059f32): every contract its expectations file names, the override and
 #      versions areas, and one contract per other area (scripts/5059f32-sample.txt), against
@@ -13,7 +14,8 @@
 #      EKS pod given two NeuronCores), in the rehearsal environment
 #      (.venv-rehearsal), through the two commands a trn2 user runs: scripts/install-trn2.sh
 #      and scripts/trn2.sh; then the trn2 upgrade rehearsed (scripts/rehearse-trn2-upgrade.sh:
-#      a labelled stand-in Neuron release changing one kernel message must be flagged alone).
+#      a labelled stand-in Neuron release changing one kernel message must be flagged alone),
+#      against the session just run as the trusted one.
 # Extra arguments go to every pytest session. Exits with the first non-zero status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,21 +27,27 @@ venv=$(bash scripts/setup-venv.sh titan-0.3.0) || exit $?
 rehearsal_venv=$(bash scripts/setup-venv.sh rehearsal) || exit $?
 echo "selftest: the reference and rehearsal venvs ready after ${SECONDS} s"
 # The two torchtitan-main venvs (hard-link clones of the reference venv plus one wheel each)
-# are built while the meta tests run: stage 1 does not use them, and the meta tests come
-# before the cpu tier's launches, whose timings the performance contracts read.
+# are built while the meta tests run: the meta tests do not use them, and the cpu tier's
+# launches, whose timings the performance contracts read, start only once they are built.
+# The meta tests run two files at a time: most of their time is spent waiting on the
+# sessions and launches they start (meta_tests/test_sessions.py attributes each file a
+# session writes to that session, so a concurrent writer is not counted as its own).
 mkdir -p reports/out
 ( bash scripts/setup-venv.sh titan-5059f32 > reports/out/selftest-venv-5059f32.path &&
   bash scripts/setup-venv.sh titan-b5bcd76 > reports/out/selftest-venv-b5bcd76.path ) \
   2> reports/out/selftest-venvs.log &
 more_venvs=$!
-"$venv/bin/python" -m pytest meta_tests conformance -m "cpu or meta" --report-dir reports/out/selftest "$@"
-first=$?
-echo "selftest: meta tests and the cpu tier (torchtitan 0.3.0) done after ${SECONDS} s"
+"$venv/bin/python" -m pytest meta_tests -m meta -n 2 --dist loadfile --report-dir reports/out/selftest-meta "$@"
+meta=$?
+echo "selftest: meta tests done after ${SECONDS} s"
 if ! wait "$more_venvs"; then
   cat reports/out/selftest-venvs.log >&2
   echo "selftest: building the torchtitan-main venvs failed (above)" >&2
   exit 1
 fi
+"$venv/bin/python" -m pytest conformance -m cpu --report-dir reports/out/selftest "$@"
+first=$?
+echo "selftest: the cpu tier (torchtitan 0.3.0) done after ${SECONDS} s"
 fork_venv=$(cat reports/out/selftest-venv-5059f32.path)
 newer_venv=$(cat reports/out/selftest-venv-b5bcd76.path)
 echo "selftest: the torchtitan-main venvs ready ($fork_venv, $newer_venv)"
@@ -56,14 +64,14 @@ echo "selftest: the b5bcd76c6 sample done after ${SECONDS} s"
 (
   export VIRTUAL_ENV="$PWD/$rehearsal_venv" PATH="$PWD/$rehearsal_venv/bin:$PATH"
   bash scripts/install-trn2.sh && bash scripts/trn2.sh --neuron-dress-rehearsal --rehearsal-host "$REHEARSAL_HOST" "$@" &&
-    bash scripts/rehearse-trn2-upgrade.sh
+    bash scripts/rehearse-trn2-upgrade.sh --rehearsal-host "$REHEARSAL_HOST" --baseline-report reports/out/rehearsal
 )
 third=$?
 echo "selftest: the rehearsal and the trn2 upgrade rehearsal done after ${SECONDS} s"
-echo "selftest: cpu tier and meta tests exit ${first}; the 5059f32c5 sample exit ${second};" \
+echo "selftest: meta tests exit ${meta}; cpu tier exit ${first}; the 5059f32c5 sample exit ${second};" \
      "one contract per area on torchtitan b5bcd76c6 exit ${newer}; Neuron dress rehearsal and trn2 upgrade" \
      "rehearsal exit ${third}"
-for status in "$first" "$second" "$newer" "$third"; do
+for status in "$meta" "$first" "$second" "$newer" "$third"; do
   if [ "$status" -ne 0 ]; then exit "$status"; fi
 done
 exit 0
