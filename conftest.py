@@ -2,7 +2,7 @@
 
 import sys
 
-from fixtures.device_isolation import keep_device_backends_out
+from fixtures.launch.device_isolation import keep_device_backends_out
 
 keep_device_backends_out()  # before anything imports torch: pytest never loads TorchNeuron
 
@@ -12,10 +12,10 @@ from fixtures.repo import WRITEUP_MODULES_DIR  # noqa: E402
 sys.path.insert(0, str(WRITEUP_MODULES_DIR))
 
 pytest_plugins = [
-    "fixtures.plugin",
-    "fixtures.expectations",
-    "fixtures.run_fixtures",
-    "fixtures.hypothesis_profiles",
+    "fixtures.session.plugin",
+    "fixtures.session.expectations",
+    "fixtures.session.run_fixtures",
+    "fixtures.session.hypothesis_profiles",
     "reports.plugin",
-    "fixtures.hygiene",
+    "fixtures.session.hygiene",
 ]

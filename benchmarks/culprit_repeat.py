@@ -5,7 +5,7 @@
 Each repeat launches the real torchrun agent with two ranks of
 ``meta_tests/rank_programs/crash.py``: rank 1 raises at step 3 ("raise") or is SIGKILLed at
 step 3 ("kill"); rank 0 then fails in its next barrier. Prints, per program, how often the
-launcher named rank 1 (``fixtures.culprit``), how often torchrun's own "first observed
+launcher named rank 1 (``fixtures.launch.culprit``), how often torchrun's own "first observed
 failure" did, and every wrong answer with its explanation. Figures only, no assertion
 (the meta tests in ``meta_tests/test_culprit.py`` hold the decision to every order of events).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fixtures import launcher  # noqa: E402
+from fixtures.launch import launcher  # noqa: E402
 from fixtures.runs.plan import torchrun_argv  # noqa: E402
 
 PROGRAM = REPO / "meta_tests" / "rank_programs" / "crash.py"

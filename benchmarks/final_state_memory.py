@@ -4,7 +4,7 @@
 
 The final-state probe (``fixtures.rank.titan.probes._save_local_shards``) makes each rank copy and
 write only its own FSDP shard of every tensor, after the last step; the harness assembles
-them (``fixtures.final_state``). It used to ``full_tensor()`` the whole model on every rank at
+them (``fixtures.data.final_state``). It used to ``full_tensor()`` the whole model on every rank at
 every logged step. Prints, for a real cpu-tier run (tiny model, 2 ranks): each rank's shard
 bytes and peak RSS; then, by the same shard arithmetic (``torch.chunk`` over dim 0 of every
 tensor, as FSDP2 shards), the bytes per rank for Qwen3-4B in float32 at 64 ranks, against a
@@ -46,14 +46,14 @@ def _model_shapes(hf: dict) -> dict[str, tuple]:
 
 
 def main() -> int:
-    from fixtures import assets as asset_builder
-    from fixtures.tier_profile import cpu_profile
+    from fixtures.data import assets as asset_builder
+    from fixtures.tiers.tier_profile import cpu_profile
     from fixtures.runs.catalogue import LOAD_TIED_TRAIN_EXPORT
     from fixtures.runs.cache import RunCache
 
     cache = REPO / ".cache" / "conformance"
     assets = asset_builder.ensure_assets(cache)
-    from fixtures.run_fixtures import _hf_env
+    from fixtures.session.run_fixtures import _hf_env
 
     runs = RunCache(cache / "runs", cpu_profile(), hf_assets=assets.tokenizer_dir,
                     dataset=assets.dataset_dir, asset_key=assets.root.name, rank_env=_hf_env(cache),

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fixtures import performance  # noqa: E402
+from fixtures.oracles import performance  # noqa: E402
 from upgrades import perf_compare  # noqa: E402
 
 

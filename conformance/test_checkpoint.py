@@ -18,8 +18,8 @@ from collections import Counter
 import pytest
 import torch
 
-from fixtures import checkpoints, hf_reference
-from fixtures import tier_profile
+from fixtures.data import checkpoints, hf_reference
+from fixtures.tiers import tier_profile
 from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.runs.catalogue import (
     LOAD_TIED_CONFIG_DTYPE_EXPORT,

@@ -2,7 +2,7 @@
 
 Before a real upgrade a user needs to know that their checkpoints survive it. An upgrade check
 (``upgrades``) runs these on the trusted stack, carries what that session wrote to the
-candidate (``fixtures.trusted_artifacts``: a mid-training DCP checkpoint with the trusted
+candidate (``fixtures.runs.trusted_artifacts``: a mid-training DCP checkpoint with the trusted
 stack's own continuation from it, and an HF export) and runs them again there with
 ``--trusted-artifacts``. Without that option the session's own runs stand for the trusted
 stack's: the stack reads what it wrote itself. Anchor: torchtitan's
@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixtures import checkpoints
+from fixtures.data import checkpoints
 from fixtures.contract import expect_close_series, expect_equal, require_trained
-from fixtures.run_fixtures import trusted_artifacts_of
+from fixtures.session.run_fixtures import trusted_artifacts_of
 from fixtures.runs.catalogue import (LOAD_TIED_TRAIN_EXPORT, LOAD_TRUSTED_LR0_EXPORT, RESUME_AT,
                                      resumed_from_trusted, uninterrupted)
 from fixtures.runs.spec import Checkpoint

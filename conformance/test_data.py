@@ -1,7 +1,7 @@
 """Data contracts: which samples each data-parallel rank reads, and how they are packed.
 
 The expected batch of every rank comes from the corpus files and the tokenizer's own files
-(``fixtures.packing``), never from the run; the run's first batch is recorded inside it, as
+(``fixtures.data.packing``), never from the run; the run's first batch is recorded inside it, as
 the model saw it (``fixtures.rank.titan.probes``). The labels of the same batch are held by
 ``conformance/test_loss.py::test_labels_are_the_inputs_shifted_by_one``.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import packing
+from fixtures.data import packing
 from fixtures.contract import expect, fail, require_trained
 from fixtures.rank.titan import training_batch
 from fixtures.runs.catalogue import DENSE_NATIVE

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from fixtures import hf_reference, tier_profile
+from fixtures.data import hf_reference
+from fixtures.tiers import tier_profile
 from fixtures.rank.titan import training_batch
 from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.runs.catalogue import DENSE_NATIVE, LOAD_PRETRAINED, LOAD_TIED_TRAIN_EXPORT

@@ -5,10 +5,6 @@ parallel 1, tensor parallel 1, FSDP over all ranks, SDPA) and "What upstream tor
 actually does" (``GroupedExperts`` runs ``torch._grouped_mm`` in bf16 even in an fp32 model).
 On the cpu tier the model is torchtitan's own Qwen3 MoE layers at tiny width; the routing is
 observed from inside the real run by a hook on every router.
-
-torchtitan's modules, and the suite's that import them, are imported inside the contracts
-that use them: on a stack lacking one, those contracts fail naming it, and the rest of the
-file still collects and runs.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import re
 import pytest
 import torch
 
-from fixtures import checkpoints, final_state, hf_reference
+from fixtures.data import checkpoints, final_state, hf_reference
 from fixtures.contract import expect, expect_equal, fail, require_trained
 from fixtures.rank.model_shapes import TINY, TINY_MOE
 from fixtures.runs.catalogue import MOE_NATIVE
@@ -159,7 +155,7 @@ def moe_pair(tmp_path_factory):
     from safetensors.torch import load_file
     from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 
-    from fixtures.rank.titan.tiny_qwen3 import tiny_qwen3_moe_model  # torchtitan: see the module docstring
+    from fixtures.rank.titan.tiny_qwen3 import tiny_qwen3_moe_model  # torchtitan: see conformance/conftest.py
 
     hf, path = _hf_moe(tmp_path_factory.mktemp("moe"), scale=10.0)
     on_disk = load_file(str(path / "model.safetensors"))

@@ -10,10 +10,6 @@ against the full path from the ``Trainer.Config`` root; ``--override.imports`` e
 
 Expected sets come from ``glob_oracle`` below, written from the documented rules, never
 from calling fnmatch or the code under test.
-
-torchtitan's modules, and the suite's that import them, are imported inside the contracts
-that use them: on a stack lacking one, those contracts fail naming it, and the rest of the
-file still collects and runs.
 """
 
 from __future__ import annotations
@@ -99,7 +95,7 @@ def register(fqns, target=None, factory=None, exact: bool = False) -> Registered
     from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE
 
-    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see the module docstring
+    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see conformance/conftest.py
 
     module_name = f"conformance_dynamic_overrides_{next(_counter)}"
     module = types.ModuleType(module_name)
@@ -118,7 +114,7 @@ def register(fqns, target=None, factory=None, exact: bool = False) -> Registered
 
 
 def trainer_config(n_layers: int):
-    from fixtures.rank.titan.tiny_qwen3 import tiny_trainer_config  # torchtitan: see the module docstring
+    from fixtures.rank.titan.tiny_qwen3 import tiny_trainer_config  # torchtitan: see conformance/conftest.py
 
     return tiny_trainer_config(n_layers=n_layers)
 
@@ -130,7 +126,7 @@ def apply(imports, root) -> list[str]:
 
 
 def replaced_layers(model_config) -> list[int]:
-    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see the module docstring
+    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see conformance/conftest.py
 
     return [i for i, layer in enumerate(model_config.layers)
             if isinstance(layer.attention.rope, KernelRoPE.Config)]
@@ -242,7 +238,7 @@ def test_exact_override_claims_only_its_exact_target(exact, selector, n_layers, 
     from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE, RoPE
 
-    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see the module docstring
+    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see conformance/conftest.py
 
     class MarkedRoPE(CosSinRoPE):
         """What the override under test puts in: a class no node had before."""
@@ -387,7 +383,7 @@ def test_derive_copies_every_shared_field(fields):
     from torchtitan.config import derive
     from torchtitan.models.common.rope import CosSinRoPE
 
-    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see the module docstring
+    from fixtures.rank.titan.rope_override import KernelRoPE  # torchtitan: see conformance/conftest.py
 
     source = by_feature.build(CosSinRoPE.Config, **fields)
     derived = derive(source, KernelRoPE.Config, lnc=1)

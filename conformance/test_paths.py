@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixtures import checkpoints, hf_reference
+from fixtures.data import checkpoints, hf_reference
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.runs.catalogue import (
     HF_BACKEND_LOAD_TIED,

@@ -6,7 +6,7 @@ launches anyway; trn2: the write-up's run with its RoPE kernel override on every
 steps). Its figures come from torchtitan's own metric
 processor on every rank (``time_metrics/end_to_end(s)``, ``throughput(tps)``,
 ``memory/max_reserved(GiB)``), split into warm-up and steady state by the rule of
-``fixtures.performance`` (stated and tested there, not "skip step 1"). The figures go into
+``fixtures.oracles.performance`` (stated and tested there, not "skip step 1"). The figures go into
 ``report.json`` (``measured.performance``) and ``summary.md`` with their spread; the upgrade
 check compares them between stacks with the measured noise model (``upgrades.perf_compare``).
 A slower step is never a red here: whether a step is slow is a comparison, not a threshold on
@@ -22,7 +22,7 @@ import math
 
 import pytest
 
-from fixtures import performance
+from fixtures.oracles import performance
 from fixtures.contract import expect, require_trained
 from fixtures.runs.catalogue import CATALOGUE
 
@@ -52,7 +52,7 @@ def test_steady_state_is_reached_and_measured(tier, titan_runs, record_property)
             recorded["ranks"][rank]["peak_of_core_capacity"] = fig.peak_memory_gib / capacity
     record_property("performance", json.dumps(recorded, sort_keys=True))
     for rank, fig in sorted(figures.items()):
-        expect(fig.steady, f"rank {rank}: a steady state after the warm-up rule (fixtures.performance)",
+        expect(fig.steady, f"rank {rank}: a steady state after the warm-up rule (fixtures.oracles.performance)",
                f">= {performance.MIN_STEADY_STEPS} steady steps", f"{fig.steps - fig.warmup_steps} of "
                f"{fig.steps} (warm-up {fig.warmup_steps} steps)", run)
         for name in ("first_step_s", "step_time_s", "tokens_per_s", "peak_memory_gib"):

@@ -9,10 +9,6 @@ contract (and its input checks, with the kernel's own messages) in plain PyTorch
 compared with torchtitan's and transformers' own RoPE. Which providers a tier compares, its
 kernel and its LNC come from the tier profile. Tests build CPU tensors; the ``nki`` provider
 moves them to the device in the device worker, so pytest never holds a NeuronCore.
-
-torchtitan's modules, and the suite's that import them, are imported inside the contracts
-that use them: on a stack lacking one, those contracts fail naming it, and the rest of the
-file still collects and runs.
 """
 
 from __future__ import annotations
@@ -26,8 +22,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
-from fixtures import kernel_preflight as preflight
-from fixtures import kernel_worker
+from fixtures.launch import kernel_preflight as preflight
+from fixtures.launch import kernel_worker
 from fixtures.rank.kernels import adapter, rules
 from fixtures.rank import probe_files
 from fixtures.runs.catalogue import DENSE_NATIVE, LOAD_TIED_TRAIN_EXPORT, dense_native_kernel_rope, kernel_rope_override
@@ -39,7 +35,7 @@ pytestmark = pytest.mark.rope
 
 
 def _titan_cache(head_dim: int, max_seq_len: int, theta: float) -> torch.Tensor:
-    from torchtitan.models.common.rope import CosSinRoPE  # see the module docstring
+    from torchtitan.models.common.rope import CosSinRoPE  # see conformance/conftest.py
 
     return by_feature.build(CosSinRoPE.Config, dim=head_dim, max_seq_len=max_seq_len, theta=theta).build().cache
 
@@ -177,7 +173,7 @@ def test_model_rope_parameters_come_from_the_checkpoint(tier, titan_runs, record
     (``ROPE_CACHE_ATOL``). The cpu tier's tiny checkpoint has a theta no library defaults to
     (``fixtures.rank.model_shapes``), so a default winning over the configured value cannot
     pass: the failure shows what the default's rows would be."""
-    from torchtitan.models.common.rope import CosSinRoPE  # see the module docstring
+    from torchtitan.models.common.rope import CosSinRoPE  # see conformance/conftest.py
 
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     stated = _checkpoint_rope(titan_runs.checkpoints(Checkpoint.HF_TIED))
@@ -374,7 +370,7 @@ def test_kernel_matches_the_model_module(tier, data):
     calls it (``rope(q, k, positions)``, autograd backward), both on the tier's device (on a
     Neuron tier both in the device worker: the write-up's 0.0 is "new vs old RoPE" on the
     device), bit for bit in float32."""
-    from fixtures.rank.kernels import model_rope  # torchtitan: see the module docstring
+    from fixtures.rank.kernels import model_rope  # torchtitan: see conformance/conftest.py
 
     problem = data.draw(rope_problems(shapes=tier.kernel_shapes, max_seq_blocks=2), label="problem")
     problem = {**problem, "position_kind": "per_batch"}

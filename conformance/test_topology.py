@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fixtures import neuron_host, topology
+from fixtures.tiers import neuron_host, topology
 from fixtures.rank import probe_files
 from fixtures.runs.plan import WRITEUP_FLAGS
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
@@ -180,7 +180,7 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
 @pytest.mark.only_tiers("trn2", reason="NeuronCores and the Neuron tools exist only on a Neuron host")
 def test_the_pytest_process_holds_no_neuroncore():
     """The pytest process never starts the Neuron runtime: device-backend autoload is off for
-    it (``fixtures.device_isolation``), torch_neuronx is not imported, and ``neuron-ls -j``
+    it (``fixtures.launch.device_isolation``), torch_neuronx is not imported, and ``neuron-ls -j``
     lists no core held by it (the kernel device worker, released before every launch, is
     the only suite process that may hold one, pinned to a single core)."""
     import os

@@ -3,7 +3,7 @@ the optimizer was handed, the AdamW steps themselves, gradient accumulation agai
 and tensor parallel (and fewer ranks) against no tensor parallel.
 
 Each expected value comes from outside the run's own bookkeeping: the schedule is computed
-from the run's configuration with the suite's arithmetic (``fixtures.lr_schedule``, written
+from the run's configuration with the suite's arithmetic (``fixtures.oracles.lr_schedule``, written
 from torchtitan's documented schedule); the clipping rule is torch's documented
 ``clip_grad_norm_`` (scale by ``max_norm / (norm + 1e-6)`` when that is below 1) applied to
 the configured ``max_norm``; the AdamW steps are torch's own single-tensor ``AdamW`` on a plain
@@ -20,7 +20,7 @@ import re
 
 import pytest
 
-from fixtures import lr_schedule, training_settings
+from fixtures.oracles import lr_schedule, training_settings
 from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
 from fixtures.rank import probe_files
 from fixtures.runs.catalogue import (DENSE_NATIVE_NO_AC, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, MICROBATCHES,
@@ -317,7 +317,7 @@ def _expect_same_global_batch(wide, narrow) -> None:
                  f"{(q + 1) * group - 1} of the {wide.world_size}-rank run read (the same global batch)",
                  f"{tuple(expected.shape)} {_head(expected)}", f"{tuple(actual.shape)} {_head(actual)}",
                  narrow, detail=f"dataset {narrow.resolved_config()['dataloader']['dataset_path']} "
-                                "(fixtures.aligned_rows: one document per row); wide run: " + wide.run_dir)
+                                "(fixtures.data.aligned_rows: one document per row); wide run: " + wide.run_dir)
 
 
 @pytest.mark.parametrize("nodes", [1, 2], ids=["one_node", "two_nodes"])
@@ -326,7 +326,7 @@ def test_all_ranks_train_like_fewer_ranks(tier, titan_runs, record_property, nod
     agents of half the ranks each) has, at every one of its 6 steps, the loss and grad norm
     of a run on ``tier.fewer_ranks`` ranks (cpu: 1) reading the same global batch from the
     same checkpoint, within the tier's ``rank_scaling_rtol``. The global batch is held the
-    same by the data (every document one row, ``fixtures.aligned_rows``) and checked from
+    same by the data (every document one row, ``fixtures.data.aligned_rows``) and checked from
     the batches recorded inside both runs. A gradient averaged over the wrong number of ranks
     (summed, or divided twice), a loss averaged over one rank, or a rank left out of the
     reduction makes the grad norm (and from step 2 the loss) differ by a factor."""

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from fixtures import tier_profile
-from fixtures import stack
+from fixtures.tiers import tier_profile
+from fixtures.tiers import stack
 from fixtures.contract import expect, expect_equal
 from reports import inventory
 

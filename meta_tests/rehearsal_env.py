@@ -24,7 +24,7 @@ def require() -> Path:
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment a process outside this session would have (device-backend autoload as
     the user set it, none of the session's own markers), plus ``extra``."""
-    from fixtures.device_isolation import launch_environment
+    from fixtures.launch.device_isolation import launch_environment
 
     drop = ("CONFORMANCE_SESSION_ID", "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")
     env = launch_environment({k: v for k, v in os.environ.items() if k not in drop})

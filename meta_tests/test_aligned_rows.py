@@ -1,5 +1,5 @@
 """The one-row-per-document datasets of the N-ranks contract hand both runs the same global
-batch: checked with the suite's own packer (``fixtures.packing``, written from torchtitan's
+batch: checked with the suite's own packer (``fixtures.data.packing``, written from torchtitan's
 documented sharding and packing), on the tiers' layouts."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from fixtures import aligned_rows, packing
-from fixtures.aligned_rows import AlignedRows
+from fixtures.data import aligned_rows, packing
+from fixtures.data.aligned_rows import AlignedRows
 from fixtures.runs.spec import RunSpec
 
 pytestmark = pytest.mark.meta

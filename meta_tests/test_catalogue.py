@@ -8,7 +8,7 @@ import pytest
 
 from fixtures.runs.cache import NotInCatalogue, RunCache
 from fixtures.runs.catalogue import CATALOGUE, DENSE_NATIVE, Catalogue, Entry
-from fixtures.tier_profile import cpu_profile
+from fixtures.tiers.tier_profile import cpu_profile
 
 pytestmark = pytest.mark.meta
 

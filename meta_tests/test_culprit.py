@@ -1,4 +1,4 @@
-"""The culprit decision (``fixtures.culprit``) on torchrun's failure report, with the
+"""The culprit decision (``fixtures.launch.culprit``) on torchrun's failure report, with the
 timings that fooled torchrun's "first observed failure": the victim's error file written
 before the killed rank was seen, both in the same second, and the reverse. The real
 programs are launched in ``test_launcher.py``; here every order of events is constructed,
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from fixtures import culprit
+from fixtures.launch import culprit
 
 pytestmark = pytest.mark.meta
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import expectations, stack
+from fixtures.session import expectations
+from fixtures.tiers import stack
 
 pytestmark = pytest.mark.meta
 
@@ -34,7 +35,7 @@ def test_listed_failure_is_xfail_and_listed_pass_fails(pytester):
         "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1",
         "test_sample.py::test_fixed_upstream | was broken | https://example.invalid/2",
     ])
-    result = pytester.runpytest("-p", "fixtures.expectations", "--expectations-dir", str(directory), "-rxX")
+    result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory), "-rxX")
     result.assert_outcomes(passed=1, xfailed=1, failed=1)
     out = result.stdout.str()
     assert "[XPASS(strict)] known deviation" in out and "was broken" in out, out
@@ -46,7 +47,7 @@ def test_line_naming_no_test_is_warned(pytester):
     directory = _write_expectations(pytester, [
         "test_sample.py::test_renamed_away | gone | https://example.invalid/3",
     ])
-    result = pytester.runpytest("-p", "fixtures.expectations", "--expectations-dir", str(directory))
+    result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory))
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*expectation*test_renamed_away*matches no collected test*"])
 
@@ -87,7 +88,7 @@ def test_a_stack_without_an_expectations_file_is_a_usage_error_naming_it(pyteste
     stops at collection naming the file it looked for (every tier alike)."""
     pytester.makepyfile(test_sample=TESTS)
     empty = pytester.mkdir("no-expectations")
-    result = pytester.runpytest("-p", "fixtures.expectations", "--expectations-dir", str(empty))
+    result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(empty))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*no expectations file for the stack {stack.stack_id('cpu')}*"
                                  f"{stack.stack_id('cpu')}.txt does not exist*"])
@@ -103,7 +104,7 @@ def test_a_stack_nobody_has_seen_runs_on_the_nearest_stacks_expectations(pyteste
     (directory / "cpu-torch0.1-titan9.9.txt").write_text(
         "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1\n")
     (directory / "trn2-torch0.1-titan9.9.txt").write_text("")
-    result = pytester.runpytest("-p", "fixtures.expectations", "--expectations-dir", str(directory), "-rx")
+    result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory), "-rx")
     result.assert_outcomes(passed=2, xfailed=1)
     out = result.stdout.str()
     assert f"{stack.stack_id('cpu')}, inherited from cpu-torch0.1-titan9.9 (no file of its own" in out, out

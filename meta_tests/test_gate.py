@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import stack
+from fixtures.tiers import stack
 from reports import gate, inventory, pins
 
 pytestmark = pytest.mark.meta

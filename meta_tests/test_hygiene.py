@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fixtures import hygiene
+from fixtures.session import hygiene
 
 pytestmark = pytest.mark.meta
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import launcher
+from fixtures.launch import launcher
 from fixtures.runs import plan
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]
@@ -58,16 +58,25 @@ def test_hung_rank_fails_within_timeout_and_leaves_nothing(tmp_path, record_prop
 
 def test_a_launch_stopped_by_its_poll_says_why_and_leaves_nothing(tmp_path):
     """The expected-failure cap's mechanism: a reason returned by ``on_poll`` stops the launch
-    there, well before its timeout, as a timeout that says why."""
-    start = time.monotonic()
+    there, well before its timeout, as a timeout that says why. The poll stops it once both
+    ranks say they are ready (a fixed delay was a race: under load the ranks were not up yet
+    at 3 s, and none was named as running)."""
     reason = "the expected-failure cap: no step finished in 3 s"
     argv = plan.torchrun_argv(2, [str(PROGRAMS / "hang.py")], tmp_path / "logs")
-    outcome = launcher.launch([argv], tmp_path, {}, 600.0, nproc_per_node=2,
-                              on_poll=lambda: reason if time.monotonic() - start > 3 else None)
-    elapsed = time.monotonic() - start
+    stopped_at = []
+
+    def stop_once_both_ranks_are_up():
+        logs = list((tmp_path / "logs").rglob("stdout.log"))
+        if len(logs) == 2 and all("ready" in log.read_text() for log in logs):
+            stopped_at[:] = stopped_at or [time.monotonic()]
+            return reason
+        return None
+
+    outcome = launcher.launch([argv], tmp_path, {}, 600.0, nproc_per_node=2, on_poll=stop_once_both_ranks_are_up)
+    elapsed = time.monotonic() - stopped_at[0]
     assert outcome.stopped == reason and outcome.timed_out and not outcome.ok
     assert outcome.leftover_pids == []
-    assert elapsed < 3 + launcher.POLL_S + launcher.ABORT_GRACE_S + 2 * launcher.TERM_GRACE_S + 5, elapsed
+    assert elapsed < launcher.POLL_S + launcher.ABORT_GRACE_S + 2 * launcher.TERM_GRACE_S + 5, elapsed
     assert f"stopped: {reason}; ranks still running then: [0, 1]" in launcher.describe_failure(outcome)
     assert launcher.LaunchOutcome.from_dict(outcome.to_dict()).stopped == reason
 

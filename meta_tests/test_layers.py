@@ -23,6 +23,9 @@ pytestmark = pytest.mark.meta
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("fixtures", "reports", "upgrades")  # lowest layer first
+# The harness's rooms, ground floor first (``fixtures/__init__.py`` says what each holds).
+ROOMS = ("fixtures.rank", "fixtures.repo", "fixtures.oracles", "fixtures.tiers", "fixtures.data",
+         "fixtures.launch", "fixtures.runs", "fixtures.contract", "fixtures.session")
 
 
 def _module_name(path: Path) -> str:
@@ -80,6 +83,24 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def room_of(module: str) -> str | None:
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), None)
+
+
+def upward_between_rooms(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a room of the harness into one above it."""
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if room_of(a) and room_of(b) and ROOMS.index(room_of(b)) > ROOMS.index(room_of(a)))
+
+
+def test_the_harness_rooms_import_only_rooms_below():
+    """Every harness module sits in a room, and a room imports only rooms below it."""
+    modules = _modules("fixtures")
+    assert not sorted(m for m in modules if m != "fixtures" and room_of(m) is None), "modules in no room"
+    graph = internal_graph(modules)
+    assert graph and not upward_between_rooms(graph), upward_between_rooms(graph)
+
+
 def test_rank_side_imports_nothing_from_the_pytest_side():
     offending = {}
     for name, path in _modules("fixtures/rank").items():
@@ -113,6 +134,8 @@ def test_the_checks_see_a_cycle_and_a_layer_break(tmp_path):
     """Not vacuous: the cycle finder finds a planted cycle, and the rank-side rule reads the
     import forms the harness uses."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert upward_between_rooms({"fixtures.data.assets": {"fixtures.session.plugin", "fixtures.tiers.stack"}}) == [
+        "fixtures.data.assets -> fixtures.session.plugin"]
     planted = tmp_path / "m.py"
-    planted.write_text("def f():\n    from fixtures.tier_profile import TierProfile\n")
-    assert "fixtures.tier_profile" in imports_of(planted)
+    planted.write_text("def f():\n    from fixtures.tiers.tier_profile import TierProfile\n")
+    assert "fixtures.tiers.tier_profile" in imports_of(planted)

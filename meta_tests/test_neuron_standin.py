@@ -34,7 +34,7 @@ from typing import Optional
 import pytest
 import torch
 
-from fixtures import neuron_host, topology
+from fixtures.tiers import neuron_host, topology
 from meta_tests import rehearsal_env
 
 pytestmark = pytest.mark.meta

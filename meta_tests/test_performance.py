@@ -1,4 +1,4 @@
-"""The performance rules (``fixtures.performance``) and the upgrade check's performance verdict
+"""The performance rules (``fixtures.oracles.performance``) and the upgrade check's performance verdict
 (``upgrades.perf_compare``), on series: the warm-up rule as stated, the noise model on an A/A
 pair of real launches (must not flag) and on the same launches with a slowdown and a memory
 growth applied (must flag), and the verdicts the page prints.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import performance
-from fixtures.performance import CPU_PERF, PerfPolicy
+from fixtures.oracles import performance
+from fixtures.oracles.performance import CPU_PERF, PerfPolicy
 from upgrades import perf_compare
 
 pytestmark = pytest.mark.meta

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import neuron_host, tier_profile
-from fixtures import topology
+from fixtures.tiers import neuron_host, tier_profile
+from fixtures.tiers import topology
 from fixtures.repo import SESSION_ENV, WRITEUP_MODULES_DIR
 from fixtures.runs.plan import launch_plan
 from fixtures.runs.spec import RunSpec

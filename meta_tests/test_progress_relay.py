@@ -1,4 +1,4 @@
-"""The xdist progress relay (``fixtures.progress_relay``) on its own: what a worker appends
+"""The xdist progress relay (``fixtures.session.progress_relay``) on its own: what a worker appends
 is shown once, prefixed with its worker id; a half-written line waits for its end; the last
 lines are shown when the relay stops; a worker whose folder is gone logs instead of failing
 its test. (That lines show while tests run is test_sessions.py's xdist test.)"""
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from fixtures.progress_relay import ProgressRelay, worker_sink
+from fixtures.session.progress_relay import ProgressRelay, worker_sink
 
 pytestmark = pytest.mark.meta
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import rehearsal
+from fixtures.tiers import rehearsal
 from fixtures.repo import SESSION_ENV
 from fixtures.runs.plan import launch_plan
 from fixtures.runs.spec import RunSpec
 from meta_tests import rehearsal_env
-from fixtures import tier_profile
+from fixtures.tiers import tier_profile
 
 pytestmark = pytest.mark.meta
 

@@ -131,7 +131,7 @@ def test_a_second_process_on_a_held_core_fails_with_the_runtimes_message(tmp_pat
 def test_the_standins_are_in_no_other_environment():
     """The cpu venvs (and this session's interpreter) have no stand-in distribution, and
     ``import torch`` there gives no ``neuron`` device."""
-    from fixtures import rehearsal
+    from fixtures.tiers import rehearsal
 
     repo = Path(__file__).resolve().parent.parent
     pythons = [Path(sys.executable)] + [p for p in (repo / ".venv" / "bin" / "python",
@@ -152,7 +152,7 @@ def test_the_neuron_compile_backend_keeps_a_cache_and_a_killed_compile_does_not_
     """torch.compile(backend="neuron") in the documented cache layout with the documented
     lines: a first compile misses, the same graph then hits; a compile left marked failed
     (as a killed one is) is skipped and fails, unless --retry_failed_compilation is in
-    NEURON_CC_FLAGS, as documented (the suite never sets it for the user: fixtures.tier_profile)."""
+    NEURON_CC_FLAGS, as documented (the suite never sets it for the user: fixtures.tiers.tier_profile)."""
     code = """
     import glob, os, sys, torch
     f = torch.compile(lambda x: (x * 3 + 1).sum(), backend="neuron")

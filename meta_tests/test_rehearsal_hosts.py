@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import rehearsal
+from fixtures.tiers import rehearsal
 from fixtures.repo import SESSION_ENV
 from meta_tests import rehearsal_env
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import launcher
+from fixtures.launch import launcher
 from fixtures.runs.cache import RunCache
 from fixtures.runs.catalogue import DENSE_NATIVE, SCHEDULE_AND_CLIP, Catalogue, Entry
 from fixtures.runs.result import RunResult, StepMetrics
 from fixtures.runs.spec import RunSpec
-from fixtures.tier_profile import Timeouts, cpu_profile
+from fixtures.tiers.tier_profile import Timeouts, cpu_profile
 
 pytestmark = pytest.mark.meta
 

@@ -11,7 +11,7 @@ import pytest
 from fixtures.runs import cache as run_cache
 from fixtures.runs.cache import RunCache
 from fixtures.runs.catalogue import DENSE_NATIVE
-from fixtures.tier_profile import cpu_profile, trn2_profile
+from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
 
 pytestmark = pytest.mark.meta
 

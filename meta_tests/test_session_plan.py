@@ -14,7 +14,7 @@ from fixtures.runs import session_plan
 from fixtures.runs.cache import RunCache, SessionBudgetSpent
 from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, Catalogue,
                                      Entry, resumed, uninterrupted)
-from fixtures.tier_profile import cpu_profile, trn2_profile
+from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
 
 pytestmark = pytest.mark.meta
 
@@ -115,7 +115,7 @@ def test_a_cause_that_kills_two_training_runs_before_step_one_stops_the_rest(tmp
     17 s in. The second training run a rank's exception kills before step 1 makes it a fact of
     the stack: no further training run is launched ('not run: <fact>', one entry each in the
     report); a run that is meant to fail, or died after training, never counts."""
-    from fixtures.launcher import LaunchOutcome
+    from fixtures.launch.launcher import LaunchOutcome
     from fixtures.runs.cache import StackFactStops
     from fixtures.runs.catalogue import CATALOGUE
     from fixtures.runs.result import RunResult

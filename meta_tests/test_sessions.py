@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.repo import SESSION_ENV
-from fixtures.hygiene import orphans
+from fixtures.session.hygiene import orphans
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from fixtures import stack_preflight
-from fixtures.tier_profile import cpu_profile
+from fixtures.launch import stack_preflight
+from fixtures.tiers.tier_profile import cpu_profile
 from fixtures.runs.cache import RunCache
 from fixtures.runs.catalogue import Catalogue, Entry
 from fixtures.repo import REPO_ROOT as REPO

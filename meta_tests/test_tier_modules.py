@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import tier_profile
+from fixtures.tiers import tier_profile
 
 pytestmark = pytest.mark.meta
 
@@ -102,7 +102,7 @@ def test_a_removed_config_is_caught(tmp_path, monkeypatch):
 def test_profile_and_probe_names_need_no_torch():
     """The tier profile and the probe file names import without torch (the harness reads a
     run, and the meta tests check the modules, on any machine)."""
-    code = ("import sys; import fixtures.tier_profile, fixtures.rank.probe_files, fixtures.rehearsal; "
+    code = ("import sys; import fixtures.tiers.tier_profile, fixtures.rank.probe_files, fixtures.tiers.rehearsal; "
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -115,7 +115,7 @@ def test_final_state_is_read_into_the_model_the_checkpoint_describes(tmp_path):
     another shape (here 3 layers, vocab 600, untied) loads, and a wrong state is refused."""
     import torch
 
-    from fixtures import hf_reference
+    from fixtures.data import hf_reference
     from fixtures.rank.titan.tiny_qwen3 import qwen3_model_from_hf_config
 
     hf = {"model_type": "qwen3", "vocab_size": 600, "hidden_size": 32, "intermediate_size": 64,

@@ -266,7 +266,7 @@ def test_a_torch_upgrade_moves_every_pin_the_suite_keeps():
                                candidate_env.Change("httpx2", None, "2.16.2", "transitive")])
     assert "sed -i 's/torch==2.14.1/torch==2.15.0/g' pyproject.toml" in moves
     assert "sed -i 's/torch==2.14.1/torch==2.15.0/g' scripts/setup-venv.sh" in moves
-    assert "sed -i 's/torch_pin=\"2.14.1\"/torch_pin=\"2.15.0\"/g' fixtures/tier_profile.py" in moves
+    assert "sed -i 's/torch_pin=\"2.14.1\"/torch_pin=\"2.15.0\"/g' fixtures/tiers/tier_profile.py" in moves
     assert not any("httpx2" in m for m in moves)
 
 
@@ -274,7 +274,7 @@ def test_a_torch_upgrade_moves_every_pin_the_suite_keeps():
 def test_the_torch_pin_is_the_checked_stacks(tmp_path, pinned, passes):
     """test_torch_is_the_required_build holds torch to the pins of the stack being checked:
     with --stack-constraints (the candidate's set during an upgrade) those, not the suite's."""
-    from fixtures import stack
+    from fixtures.tiers import stack
 
     version = stack.installed_version("torch") if pinned == "installed" else pinned
     constraints = tmp_path / "constraints.txt"

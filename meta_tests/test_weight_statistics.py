@@ -1,4 +1,4 @@
-"""The tiny checkpoints carry a trained checkpoint's statistics (fixtures.weight_statistics),
+"""The tiny checkpoints carry a trained checkpoint's statistics (fixtures.data.weight_statistics),
 not an initialisation's: norm weights far from 1 and rising with depth, matrices at the
 published scales, and no parameter left as ``from_config`` made it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixtures import weight_statistics
+from fixtures.data import weight_statistics
 from fixtures.rank.model_shapes import TINY
 
 pytestmark = pytest.mark.meta

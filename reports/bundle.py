@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import repo, session_state
+from fixtures import repo
+from fixtures.session import session_state
 from fixtures.rank.probe_files import RESOLVED_CONFIG
 from fixtures.runs.result import RunResult
 from reports import inventory

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fixtures import performance
+from fixtures.oracles import performance
 from reports.cli import command_parser
 from reports.pins import read_report
 

@@ -18,8 +18,8 @@ from importlib import metadata
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from fixtures import stack
-from fixtures.stack import deb_versions, neuron_driver_version
+from fixtures.tiers import stack
+from fixtures.tiers.stack import deb_versions, neuron_driver_version
 from fixtures.rank.titan.api import installed_summary
 
 # Distribution -> the module it must provide.

@@ -20,10 +20,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fixtures import repo, session_state
-from fixtures.expectations import expectation_source, own_file_command, tier_stack_id
+from fixtures import repo
+from fixtures.session import session_state
+from fixtures.session.expectations import expectation_source, own_file_command, tier_stack_id
 from fixtures.runs.result import RunResult
-from fixtures.tier_profile import cpu_profile
+from fixtures.tiers.tier_profile import cpu_profile
 from reports import bundle, gate, inventory, neuron_debug, summary
 from reports.layout import run_record_path
 from reports.redact import scrub_text

@@ -170,7 +170,7 @@ def render(report: dict, gate_result=None) -> str:
 
 
 def performance_section(report: dict) -> list[str]:
-    """The performance contracts' figures per rank, with their spread (fixtures.performance)."""
+    """The performance contracts' figures per rank, with their spread (fixtures.oracles.performance)."""
     lines = []
     for c in report["contracts"]:
         raw = (c.get("measured") or {}).get("performance")

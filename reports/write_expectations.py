@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fixtures.expectations import EXPECTATIONS_DIR, parse
+from fixtures.session.expectations import EXPECTATIONS_DIR, parse
 from reports.cli import command_parser
 from reports.pins import read_report
 

@@ -112,7 +112,7 @@ PY
 # pip check must pass, except for exactly those three Neuron-only requirements (the list and
 # the parsing the cpu tier's pip check contract uses: reports.inventory.pip_check_problems).
 unexpected=$("$venv/bin/python" -c 'import sys
-from fixtures.tier_profile import NKI_LIBRARY_NEURON_ONLY
+from fixtures.tiers.tier_profile import NKI_LIBRARY_NEURON_ONLY
 from reports.inventory import pip_check_problems
 print("\n".join(pip_check_problems(sys.executable, NKI_LIBRARY_NEURON_ONLY)[0]))')
 if [ -n "$unexpected" ]; then

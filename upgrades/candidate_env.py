@@ -21,7 +21,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from fixtures.tier_profile import NKI_LIBRARY_NEURON_ONLY
+from fixtures.tiers.tier_profile import NKI_LIBRARY_NEURON_ONLY
 from upgrades.candidates import Candidate, CandidateUsageError, parse
 from reports.inventory import pip_check_problems
 from upgrades.stacks import REPO, STACKS, Stack
@@ -166,7 +166,7 @@ def clone_venv(src: Path, dst: Path) -> None:
 
 def pip_check(python: Path) -> list[str]:
     """pip check's complaints, less the ones the cpu tier allows (nki-library's Neuron-only
-    requirements, ``fixtures.tier_profile.NKI_LIBRARY_NEURON_ONLY``)."""
+    requirements, ``fixtures.tiers.tier_profile.NKI_LIBRARY_NEURON_ONLY``)."""
 
     return pip_check_problems(str(python), NKI_LIBRARY_NEURON_ONLY)[0]
 

@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from fixtures.performance import CPU_PERF, TRN2_PERF
+from fixtures.oracles.performance import CPU_PERF, TRN2_PERF
 from upgrades import bisect_commits, candidate_env, candidates, compare, matrix, perf_compare
 from upgrades.stacks import DEFAULT_STACK, REPO, STACKS, Stack
 
@@ -54,7 +54,7 @@ def baseline_of(stack: Stack) -> Path:
 
 # Where the suite itself pins a package by version, beside the constraints files: the cpu extra,
 # the venv script's first installs, the tier profile's torch pin.
-PIN_FILES = ("pyproject.toml", "scripts/setup-venv.sh", "fixtures/tier_profile.py")
+PIN_FILES = ("pyproject.toml", "scripts/setup-venv.sh", "fixtures/tiers/tier_profile.py")
 
 
 def pin_moves(changes, files=PIN_FILES, root: Path = REPO) -> list[str]:
@@ -227,7 +227,7 @@ COMPAT_CONTRACTS = ["conformance/test_compat.py", "-m", "cpu"]
 
 
 def trusted_artifacts(stack: Stack, out: Path) -> list[str]:
-    """What the trusted stack writes for the candidate to read (``fixtures.trusted_artifacts``):
+    """What the trusted stack writes for the candidate to read (``fixtures.runs.trusted_artifacts``):
     its cross-version contracts run in the trusted venv (their runs come from its run cache
     after the first time), then the folder written from that session; the pytest options
     that hand it to the candidate. Where the trusted stack cannot write it, the candidate's
@@ -241,7 +241,7 @@ def trusted_artifacts(stack: Stack, out: Path) -> list[str]:
         say(f"upgrade: the trusted stack's own cross-version contracts exited {proc.returncode}: "
             "the candidate reads its own runs instead\n" + proc.stdout[-1500:])
         return []
-    proc = subprocess.run([str(python), "-m", "fixtures.trusted_artifacts", "write", str(report_dir), str(folder)],
+    proc = subprocess.run([str(python), "-m", "fixtures.runs.trusted_artifacts", "write", str(report_dir), str(folder)],
                           cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         say(f"upgrade: {proc.stderr.strip()}: the candidate reads its own runs instead")

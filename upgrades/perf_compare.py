@@ -4,7 +4,7 @@ The performance session (``pytest conformance/test_performance.py -m "<tier> and
 --fresh-runs``) is launched alternately in the trusted and the candidate environment
 (trusted, candidate, trusted, candidate, ...), so that drift of the machine falls on both
 alike. Each session's ``report.json`` holds the run's figures per rank
-(``measured.performance``, from ``fixtures.performance``); the steady steps of every launch
+(``measured.performance``, from ``fixtures.oracles.performance``); the steady steps of every launch
 feed the noise model there. The verdict is PASS, SLOWER, LARGER or LEAKING, with the figure,
 its interval and the sessions; a regression fails the upgrade unless the user accepts it
 (``--accept-performance``), and the page says so.
@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fixtures import performance
+from fixtures.oracles import performance
 
 PERF_CONTRACT = "test_performance.py::test_steady_state_is_reached_and_measured"
 LEAK_CONTRACT = "test_performance.py::test_device_memory_does_not_grow_in_steady_state"

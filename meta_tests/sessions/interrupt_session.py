@@ -1,7 +1,7 @@
 """Run by meta_tests/test_sessions.py, which interrupts it while the second test hangs."""
 from pathlib import Path
 
-from fixtures import launcher
+from fixtures.launch import launcher
 from fixtures.runs.plan import torchrun_argv
 
 HANG = Path(__file__).resolve().parent.parent / "rank_programs" / "hang.py"

@@ -14,7 +14,7 @@ def test_pytest_never_opens_the_device(tier):
 
     import torch
 
-    from fixtures import kernel_worker
+    from fixtures.launch import kernel_worker
 
     q = torch.randn(1, 2, 256, 16)
     q_out, k_out = torch.empty_like(q), torch.empty_like(q)
@@ -34,7 +34,7 @@ def test_sees_the_standins(tier):
 
     import nkilib.core.embeddings as embeddings
 
-    from fixtures import rehearsal
+    from fixtures.tiers import rehearsal
 
     assert tier.rehearsal and tier.name == "trn2"
     assert all(v.endswith("+rehearsal") for v in rehearsal.standin_versions().values())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import progress
+from fixtures.launch import progress
 
 
 @pytest.mark.parametrize("name", ["first", "second"])
