@@ -211,7 +211,7 @@ def test_moe_adapter_parity_with_fp32_experts(moe_pair):
     """With the experts computed in float32 (the same grouped matmul without the bf16
     casts), the converted weights give transformers' logits: the adapter is right, and the
     drift above is the bf16 cast alone."""
-    from fixtures.rank.titan import fp32_experts
+    from fixtures.rank.titan import fp32_experts  # torchtitan: see conformance/conftest.py
 
     tokens = torch.randint(0, TINY.vocab_size, (2, 64), generator=torch.Generator().manual_seed(1))
     with fp32_experts.experts_in_fp32(moe_pair["titan"]):

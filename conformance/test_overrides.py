@@ -355,7 +355,7 @@ def test_bad_imports_fail_with_documented_message(case):
     0.3.0 (``module.function`` targets) a bare module fails with "names no registered
     @override", a dotless name and a missing module fail too; on the fork's vintage (modules)
     a missing module, or 0.3.0's ``module.function`` spelling, fails to import."""
-    import fixtures.rank.titan.layer_overrides  # noqa: F401
+    import fixtures.rank.titan.layer_overrides  # noqa: F401  (registers its overrides; see conformance/conftest.py)
 
     bad = detect().bad_imports(*LAYER_OVERRIDE)[case]
     with pytest.raises((ValueError, ImportError), match=re.escape(bad.message)):

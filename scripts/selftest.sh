@@ -24,19 +24,20 @@ cd "$(dirname "$0")/.."
 # contracts (meta_tests/test_rehearsal_hosts.py). Users' default is trn2.3xlarge (4 ranks).
 REHEARSAL_HOST=${REHEARSAL_HOST:-eks-pod-two-cores}
 venv=$(bash scripts/setup-venv.sh titan-0.3.0) || exit $?
-rehearsal_venv=$(bash scripts/setup-venv.sh rehearsal) || exit $?
-echo "selftest: the reference and rehearsal venvs ready after ${SECONDS} s"
 # The two torchtitan-main venvs (hard-link clones of the reference venv plus one wheel each)
-# are built while the meta tests run: the meta tests do not use them, and the cpu tier's
-# launches, whose timings the performance contracts read, start only once they are built.
-# The meta tests run two files at a time: most of their time is spent waiting on the
-# sessions and launches they start (meta_tests/test_sessions.py attributes each file a
-# session writes to that session, so a concurrent writer is not counted as its own).
+# are built beside the rehearsal venv (whose build is mostly one compiler process) and the
+# meta tests: neither uses them, and the cpu tier's launches, whose timings the performance
+# contracts read, start only once they are built.
 mkdir -p reports/out
 ( bash scripts/setup-venv.sh titan-5059f32 > reports/out/selftest-venv-5059f32.path &&
   bash scripts/setup-venv.sh titan-b5bcd76 > reports/out/selftest-venv-b5bcd76.path ) \
   2> reports/out/selftest-venvs.log &
 more_venvs=$!
+rehearsal_venv=$(bash scripts/setup-venv.sh rehearsal) || { status=$?; wait "$more_venvs"; exit "$status"; }
+echo "selftest: the reference and rehearsal venvs ready after ${SECONDS} s"
+# The meta tests run two files at a time: most of their time is spent waiting on the
+# sessions and launches they start (meta_tests/test_sessions.py attributes each file a
+# session writes to that session, so a concurrent writer is not counted as its own).
 "$venv/bin/python" -m pytest meta_tests -m meta -n 2 --dist loadfile --report-dir reports/out/selftest-meta "$@"
 meta=$?
 echo "selftest: meta tests done after ${SECONDS} s"

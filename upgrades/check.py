@@ -47,7 +47,7 @@ def say(text: str) -> None:
 def baseline_of(stack: Stack) -> Path:
     """The committed baseline of the trusted stack (its stack id, asked of its own venv)."""
     proc = subprocess.run([str(stack.venv / "bin" / "python"), "-c",
-                           "from fixtures import stack; print(stack.stack_id('cpu'))"],
+                           "from fixtures.tiers import stack; print(stack.stack_id('cpu'))"],
                           capture_output=True, text=True, cwd=REPO, check=True)
     return REPO / "reports" / "baselines" / f"{proc.stdout.strip()}.json"
 

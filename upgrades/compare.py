@@ -109,7 +109,7 @@ def _relative_source(path: str) -> str:
     package (``torchtitan/protocols/module.py``), inside the suite from the repository."""
     if "site-packages/" in path:
         return path.split("site-packages/", 1)[1]
-    for root in ("fixtures/", "conformance/", "reports/", "meta_tests/"):
+    for root in ("fixtures/", "conformance/", "reports/", "upgrades/", "meta_tests/"):
         if path.startswith(root):
             return path
         if "/" + root in path:
