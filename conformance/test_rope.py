@@ -350,7 +350,7 @@ def test_float32_parity_between_providers(tier, data):
         expect(cache_grad is None, f"{provider}: the cache's gradient is None", None,
                "a tensor", detail=json.dumps(problem))
         results[provider] = outs
-    on_device = {tier.kernel_provider} if tier.device_type != "cpu" else set()
+    on_device = {tier.kernel_provider} if tier.kernel_on_device else set()
     for a, b in itertools.combinations(results, 2):
         for name, x, y in zip(("q_out", "k_out", "grad_q", "grad_k"), results[a], results[b]):
             if len({a, b} & on_device) == 1:  # the device kernel against a host provider: the vendor's rule
@@ -381,11 +381,11 @@ def test_kernel_matches_the_model_module(tier, data):
     k = torch.randn(b, s, problem["kv_heads"], d, generator=g)
     gq, gk = torch.randn(q.shape, generator=g), torch.randn(k.shape, generator=g)
     shape = {"dim": d, "max_seq_len": problem["max_seq"], "theta": 1e6}
-    if tier.device_type == "cpu":
-        module_out = model_rope.cos_sin_rope_forward_backward(q, k, positions, gq, gk, **shape)
-    else:
+    if tier.kernel_on_device:
         _, module_out = kernel_worker.call("fixtures.rank.kernels.model_rope.cos_sin_rope_forward_backward",
                                            tier.device_type, q, k, positions, gq, gk, **shape)
+    else:
+        module_out = model_rope.cos_sin_rope_forward_backward(q, k, positions, gq, gk, **shape)
     provider = tier.kernel_provider
     atol = tier.numerics.provider_atol
     cache = model_rope.cos_sin_cache(**shape)
