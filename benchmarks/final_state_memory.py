@@ -21,7 +21,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507  # noqa: E402  (the repository on sys.path first)
+import torch  # noqa: E402  (the repository on sys.path first, for all below)
+
+from fixtures.data import assets as asset_builder  # noqa: E402
+from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507  # noqa: E402
+from fixtures.rank.titan.tiny_qwen3 import qwen3_model_from_hf_config  # noqa: E402
+from fixtures.runs.cache import RunCache  # noqa: E402
+from fixtures.runs.catalogue import LOAD_TIED_TRAIN_EXPORT  # noqa: E402
+from fixtures.runs.inputs import RunInputs  # noqa: E402
+from fixtures.session.run_fixtures import hf_env  # noqa: E402
+from fixtures.tiers.tier_profile import cpu_profile  # noqa: E402
 
 
 def shard_bytes(shapes: dict[str, tuple], world: int, itemsize: int = 4) -> list[int]:
@@ -36,28 +45,16 @@ def shard_bytes(shapes: dict[str, tuple], world: int, itemsize: int = 4) -> list
 
 
 def _model_shapes(hf: dict) -> dict[str, tuple]:
-    import torch
-
-    from fixtures.rank.titan.tiny_qwen3 import qwen3_model_from_hf_config
-
     with torch.device("meta"):
         model = qwen3_model_from_hf_config(hf).build()
     return {n: tuple(t.shape) for n, t in model.state_dict().items()}
 
 
 def main() -> int:
-    from fixtures.data import assets as asset_builder
-    from fixtures.tiers.tier_profile import cpu_profile
-    from fixtures.runs.catalogue import LOAD_TIED_TRAIN_EXPORT
-    from fixtures.runs.cache import RunCache
-
     cache = REPO / ".cache" / "conformance"
     assets = asset_builder.ensure_assets(cache)
-    from fixtures.session.run_fixtures import _hf_env
-
-    runs = RunCache(cache / "runs", cpu_profile(), hf_assets=assets.tokenizer_dir,
-                    dataset=assets.dataset_dir, asset_key=assets.root.name, rank_env=_hf_env(cache),
-                    checkpoints=lambda name: assets.hf_dir(True))  # the session's key: reuses its run
+    # the cpu session's inputs and environment, so the key is its run's: reuses that run
+    runs = RunCache(cache / "runs", RunInputs(cpu_profile(), assets, cache), rank_env=hf_env(cache))
     run = runs.get(LOAD_TIED_TRAIN_EXPORT)
     if not run.ok:
         print(run.failure_text())

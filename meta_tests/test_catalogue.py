@@ -7,18 +7,21 @@ import dataclasses
 import pytest
 
 from fixtures.runs.cache import NotInCatalogue, RunCache
-from fixtures.runs.catalogue import CATALOGUE, DENSE_NATIVE, Catalogue, Entry
+from fixtures.data.assets import Assets
+from fixtures.runs.inputs import RunInputs
+from fixtures.runs.catalogue import DENSE_NATIVE, Catalogue, Entry
 from fixtures.tiers.tier_profile import cpu_profile
+from reports.plugin import areas
 
 pytestmark = pytest.mark.meta
 
 
 def test_a_run_not_in_the_catalogue_is_refused_before_any_launch(tmp_path):
-    cache = RunCache(tmp_path / "runs", cpu_profile(), hf_assets=tmp_path, dataset=tmp_path, asset_key="x")
+    cache = RunCache(tmp_path / "runs", RunInputs(cpu_profile(), Assets(tmp_path), tmp_path))
     stray = dataclasses.replace(DENSE_NATIVE, steps=DENSE_NATIVE.steps + 1)
     with pytest.raises(NotInCatalogue, match="is not a run of the catalogue"):
         cache.get(stray)
-    assert not (cache.root / cache.key(stray)).exists()
+    assert not cache.run_dir(stray).exists()
     assert cache.catalogue.entry_of(DENSE_NATIVE, cpu_profile()).name == "dense_native"
 
 
@@ -37,7 +40,6 @@ def test_every_contract_file_names_one_area_the_report_knows(request):
     import ast
     from pathlib import Path
 
-    from reports.plugin import areas
 
     known = set(areas(request.config))
     assert {"data", "runs", "training_loop", "rope", "topology"} <= known, known

@@ -14,6 +14,8 @@ import pytest
 
 from fixtures.launch import launcher
 from fixtures.runs.cache import RunCache
+from fixtures.data.assets import Assets
+from fixtures.runs.inputs import RunInputs
 from fixtures.runs.catalogue import DENSE_NATIVE, SCHEDULE_AND_CLIP, Catalogue, Entry
 from fixtures.runs.result import RunResult, StepMetrics
 from fixtures.runs.spec import RunSpec
@@ -26,14 +28,14 @@ class RecordingCache(RunCache):
     """A run cache whose launches are recorded and answered with ``outcomes`` (in order)."""
 
     def __init__(self, root: Path, tier, entries, outcomes):
-        super().__init__(root, tier, hf_assets=root, dataset=root, asset_key="x", runs=Catalogue(entries))
+        super().__init__(root, RunInputs(tier, Assets(root), root), runs=Catalogue(entries))
         self.launches: list[dict] = []
         self.outcomes = list(outcomes)
 
     def require_stack_preflight(self, spec):  # no probe subprocess: nothing is launched
         return None
 
-    def _launch(self, spec, key, run_dir, why="", source=None, launched=None, first_step_by=None):
+    def _launch(self, spec, key, run_dir, why="", folders=None, source=None, launched=None, first_step_by=None):
         self.launches.append({"spec": spec, "launched": launched or spec, "first_step_by": first_step_by,
                               "why": why})
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,8 @@ import pytest
 
 from fixtures.runs import cache as run_cache
 from fixtures.runs.cache import RunCache
+from fixtures.data.assets import Assets
+from fixtures.runs.inputs import RunInputs
 from fixtures.runs.catalogue import DENSE_NATIVE
 from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
 
@@ -17,9 +19,9 @@ pytestmark = pytest.mark.meta
 
 
 def _key(tmp_path, tier=None, **kwargs) -> str:
-    cache = RunCache(tmp_path / "runs", tier or cpu_profile(), hf_assets=tmp_path, dataset=tmp_path,
-                     asset_key="assets-x", **kwargs)
-    return cache.key(DENSE_NATIVE)
+    cache = RunCache(tmp_path / "runs", RunInputs(tier or cpu_profile(), Assets(tmp_path / "assets-x"), tmp_path),
+                     **kwargs)
+    return cache.key(DENSE_NATIVE, cache.inputs_of(DENSE_NATIVE))
 
 
 def test_a_neuron_setting_is_part_of_the_key(tmp_path, monkeypatch):

@@ -12,9 +12,15 @@ import pytest
 from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507
 from fixtures.runs import session_plan
 from fixtures.runs.cache import RunCache, SessionBudgetSpent
+from fixtures.data.assets import Assets
+from fixtures.runs.inputs import RunInputs
 from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, Catalogue,
                                      Entry, resumed, uninterrupted)
 from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
+from fixtures.runs.spec import RunSpec
+from fixtures.launch.launcher import LaunchOutcome
+from fixtures.runs.cache import StackFactStops
+from fixtures.runs.result import RunResult
 
 pytestmark = pytest.mark.meta
 
@@ -58,7 +64,6 @@ def test_the_plan_serves_specs_that_differ_only_in_records_with_one_launch(tmp_p
 def test_a_launch_with_another_microbatch_shape_is_another_graph(tmp_path):
     """A NEFF is compiled for its input shapes: two launches that differ only in the local
     batch (or the sequence length) are two graphs; in the steps, one."""
-    from fixtures.runs.spec import RunSpec
 
     tier = _trn2(tmp_path)
     launches = [session_plan.PlannedLaunch(("a",), RunSpec(config="dense_native", **kw), 64, 1.0, 0)
@@ -102,7 +107,7 @@ def test_the_plan_estimates_from_the_last_launches_recorded_on_this_host(tmp_pat
 
 
 def test_a_spent_budget_launches_nothing_and_says_what_was_not_run(tmp_path):
-    cache = RunCache(tmp_path / "runs", cpu_profile(), hf_assets=tmp_path, dataset=tmp_path, asset_key="x",
+    cache = RunCache(tmp_path / "runs", RunInputs(cpu_profile(), Assets(tmp_path), tmp_path),
                      runs=Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE)]), budget_s=100.0)
     cache.launched_s = 120.0
     with pytest.raises(SessionBudgetSpent, match="not launched: dense_native steps=10"):
@@ -115,12 +120,8 @@ def test_a_cause_that_kills_two_training_runs_before_step_one_stops_the_rest(tmp
     17 s in. The second training run a rank's exception kills before step 1 makes it a fact of
     the stack: no further training run is launched ('not run: <fact>', one entry each in the
     report); a run that is meant to fail, or died after training, never counts."""
-    from fixtures.launch.launcher import LaunchOutcome
-    from fixtures.runs.cache import StackFactStops
-    from fixtures.runs.catalogue import CATALOGUE
-    from fixtures.runs.result import RunResult
 
-    cache = RunCache(tmp_path / "runs", cpu_profile(), hf_assets=tmp_path, dataset=tmp_path, asset_key="x")
+    cache = RunCache(tmp_path / "runs", RunInputs(cpu_profile(), Assets(tmp_path), tmp_path))
     fact = "ValueError: When dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh"
 
     def died(name: str, message: str = fact) -> tuple:

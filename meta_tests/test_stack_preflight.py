@@ -11,6 +11,8 @@ import pytest
 from fixtures.launch import stack_preflight
 from fixtures.tiers.tier_profile import cpu_profile
 from fixtures.runs.cache import RunCache
+from fixtures.data.assets import Assets
+from fixtures.runs.inputs import RunInputs
 from fixtures.runs.catalogue import Catalogue, Entry
 from fixtures.repo import REPO_ROOT as REPO
 from fixtures.runs.spec import RunSpec, TrainingPath
@@ -54,10 +56,10 @@ def test_no_launch_after_a_failed_preflight(tmp_path, broken_module):
     tier = dataclasses.replace(cpu_profile(), titan_module=broken_module)
     spec = RunSpec(config="dense_native", steps=1)
     runs = Catalogue([Entry("one_step", lambda tier: spec)])
-    cache = RunCache(tmp_path / "runs", tier, hf_assets=tmp_path, dataset=tmp_path, asset_key="x", runs=runs)
+    cache = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path), tmp_path), runs=runs)
     with pytest.raises(stack_preflight.StackPreflightFailed, match="no_such_module_for_preflight"):
         cache.get(spec)
-    assert not (cache.root / cache.key(spec)).exists()
+    assert not cache.run_dir(spec).exists()
 
 
 def test_missing_api_of_a_dependency_names_the_bound_that_is_not_declared():
@@ -81,7 +83,7 @@ def test_a_module_only_some_runs_import_fails_those_runs_alone(tmp_path, broken_
     tier = dataclasses.replace(cpu_profile(), hf_backend_module=broken_module)
     native = RunSpec(config="dense_native", steps=1)
     backend = RunSpec(config="hf_backend", path=TrainingPath.HF_BACKEND, steps=1)
-    cache = RunCache(tmp_path / "runs", tier, hf_assets=tmp_path, dataset=tmp_path, asset_key="x",
+    cache = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path), tmp_path),
                      runs=Catalogue([Entry("native", lambda t: native), Entry("backend", lambda t: backend)]))
     assert broken_module not in cache.rank_imports(native)
     with pytest.raises(stack_preflight.StackPreflightFailed, match="needed by: hf_backend steps=1"):
@@ -102,7 +104,7 @@ def test_a_config_that_does_not_build_is_a_harness_gap_named_once(tmp_path):
                       "    return CosSinRoPE.Config(dim=16, no_such_field=1)\n")
     tier = dataclasses.replace(cpu_profile(), titan_module="conformance_preflight_config")
     spec = RunSpec(config="dense_native", steps=1)
-    cache = RunCache(tmp_path / "runs", tier, hf_assets=tmp_path, dataset=tmp_path, asset_key="x",
+    cache = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path), tmp_path),
                      runs=Catalogue([Entry("one", lambda t: spec)]),
                      rank_env={"PYTHONPATH": f"{tmp_path}:{REPO}"})
     with pytest.raises(stack_preflight.StackPreflightFailed) as err:
