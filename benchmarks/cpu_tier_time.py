@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +22,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from fixtures.repo import WRITEUP_MODULES_DIR  # noqa: E402  (the repository on sys.path first)
+
 
 def cpu_seconds(code: str, env: dict[str, str], repeats: int = 3) -> float:
     """Median user+sys CPU seconds of ``python -c code`` in a fresh interpreter."""
-    import resource
 
     samples = []
     for _ in range(repeats):
@@ -36,8 +38,6 @@ def cpu_seconds(code: str, env: dict[str, str], repeats: int = 3) -> float:
 
 
 def main(cache: Path) -> None:
-    from fixtures.repo import WRITEUP_MODULES_DIR
-
     rows = [json.loads(line) for line in (cache / "launches.jsonl").read_text().splitlines() if line.strip()]
     session = rows[-1]["session"]
     launches = [r for r in rows if r["session"] == session]

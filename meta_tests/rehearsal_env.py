@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.launch.device_isolation import launch_environment
+
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".venv-rehearsal"
 PYTHON = VENV / "bin" / "python"
@@ -24,7 +26,6 @@ def require() -> Path:
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment a process outside this session would have (device-backend autoload as
     the user set it, none of the session's own markers), plus ``extra``."""
-    from fixtures.launch.device_isolation import launch_environment
 
     drop = ("CONFORMANCE_SESSION_ID", "CONFORMANCE_REPORT_DIR", "PYTEST_XDIST_WORKER")
     env = launch_environment({k: v for k, v in os.environ.items() if k not in drop})

@@ -10,6 +10,8 @@ import pytest
 from upgrades import candidates
 from upgrades.candidates import CandidateUsageError, parse
 from upgrades.stacks import REPO
+from upgrades import check as upgrade
+from upgrades import candidate_env
 
 pytestmark = pytest.mark.meta
 
@@ -69,8 +71,6 @@ def test_a_neuron_release_set_file():
 
 
 def test_the_upgrade_command_exits_2_with_one_line_on_bad_input(capsys):
-    from upgrades import check as upgrade
-
     assert upgrade.main(["--candidate", "torchtitan>=0.3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a range is not a stack" in err[0] and "Traceback" not in err[0]
@@ -95,7 +95,6 @@ ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics
 def test_a_not_built_candidate_keeps_pips_reason_and_names_the_configured_constraint(monkeypatch, tmp_path):
     """The NOT BUILT page's message carries pip's "The conflict is caused by" block (stdout)
     and, when a constraint blocks, the constraint files pip's own configuration applies."""
-    from upgrades import candidate_env
 
     monkeypatch.setattr(candidate_env, "pip_constraints", lambda python: ["/etc/corp/pip-constraints.txt"])
     text = candidate_env.pip_failure(PIP_CONFLICT_STDOUT, PIP_CONFLICT_STDERR, tmp_path / "python")

@@ -6,6 +6,8 @@ import pytest
 
 from fixtures.session import expectations
 from fixtures.tiers import stack
+from reports import write_expectations
+from reports.pins import NotTrusted, trusted
 
 pytestmark = pytest.mark.meta
 
@@ -135,8 +137,6 @@ def test_an_inherited_session_is_not_trusted_and_writes_its_own_file(tmp_path):
     XPASSes left out, failures listed for review."""
     import json
 
-    from reports import write_expectations
-    from reports.pins import NotTrusted, trusted
 
     exp_dir = tmp_path / "exp"
     exp_dir.mkdir()

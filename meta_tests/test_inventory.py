@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from reports import inventory
+from fixtures.rank.titan import api as override_api
 
 pytestmark = pytest.mark.meta
 
@@ -93,7 +94,6 @@ def test_override_api_is_detected_by_its_signature_and_parser(monkeypatch):
     import importlib
     import types
 
-    from fixtures.rank.titan import api as override_api
 
     def named(name, *, target, fqns=None, description="", exact=False): ...
 

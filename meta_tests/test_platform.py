@@ -19,6 +19,7 @@ from fixtures.tiers import topology
 from fixtures.repo import SESSION_ENV, WRITEUP_MODULES_DIR
 from fixtures.runs.plan import launch_plan
 from fixtures.runs.spec import RunSpec
+from fixtures.runs.result import compile_cache_events
 
 pytestmark = pytest.mark.meta
 
@@ -348,7 +349,6 @@ INFO ||NCC_WRAPPER||: Got a cached failed neff at /var/tmp/neuron-compile-cache/
 def test_compiles_are_counted_by_the_documented_sequence():
     """"Compile cache path:" opens every graph, a hit as well as a miss: one compile, one hit
     and one cached failure here, not three compiles."""
-    from fixtures.runs.result import compile_cache_events
 
     assert compile_cache_events(DOCS_COMPILE_LOG) == {"compiled": 1, "cached": 1, "cached_failure": 1}
     assert compile_cache_events("nothing compiled\n") is None

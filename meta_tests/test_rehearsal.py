@@ -17,6 +17,8 @@ from fixtures.runs.plan import launch_plan
 from fixtures.runs.spec import RunSpec
 from meta_tests import rehearsal_env
 from fixtures.tiers import tier_profile
+from reports import gate
+from reports.pins import NotTrusted, trusted
 
 pytestmark = pytest.mark.meta
 
@@ -85,8 +87,6 @@ def test_a_rehearsal_says_so_everywhere_and_is_not_evidence(tmp_path):
     junit = (tmp_path / "report" / "junit.xml").read_text()
     assert 'name="rehearsal" value="true"' in junit and "NEURON DRESS REHEARSAL" in junit
     # The gate and the baseline promotion refuse it as evidence.
-    from reports import gate
-    from reports.pins import NotTrusted, trusted
 
     cpu_baseline = json.loads((REPO / "reports" / "baselines" / "cpu-torch2.14-titan0.3.json").read_text())
     result = gate.compare(cpu_baseline, report)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from meta_tests import rehearsal_env
+from fixtures.tiers import rehearsal
 
 pytestmark = pytest.mark.meta
 
@@ -131,7 +132,6 @@ def test_a_second_process_on_a_held_core_fails_with_the_runtimes_message(tmp_pat
 def test_the_standins_are_in_no_other_environment():
     """The cpu venvs (and this session's interpreter) have no stand-in distribution, and
     ``import torch`` there gives no ``neuron`` device."""
-    from fixtures.tiers import rehearsal
 
     repo = Path(__file__).resolve().parent.parent
     pythons = [Path(sys.executable)] + [p for p in (repo / ".venv" / "bin" / "python",

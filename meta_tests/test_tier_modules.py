@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 from fixtures.tiers import tier_profile
+from fixtures.runs.catalogue import CATALOGUE
+from fixtures.data import hf_reference
+from fixtures.rank.titan.tiny_qwen3 import qwen3_model_from_hf_config
+from fixtures.rank.titan import api
 
 pytestmark = pytest.mark.meta
 
@@ -72,7 +76,6 @@ def test_every_declared_config_exists_in_its_tier_module(tmp_path):
 def test_every_run_names_a_config_its_tiers_declare(tmp_path):
     """Every run of the catalogue, on every tier it applies to, names a config that tier's
     module declares; a contract's own RunSpec names one the cpu tier declares."""
-    from fixtures.runs.catalogue import CATALOGUE
 
     profiles = {p.name: p for p in _profiles(tmp_path)}
     paths = set()
@@ -115,8 +118,6 @@ def test_final_state_is_read_into_the_model_the_checkpoint_describes(tmp_path):
     another shape (here 3 layers, vocab 600, untied) loads, and a wrong state is refused."""
     import torch
 
-    from fixtures.data import hf_reference
-    from fixtures.rank.titan.tiny_qwen3 import qwen3_model_from_hf_config
 
     hf = {"model_type": "qwen3", "vocab_size": 600, "hidden_size": 32, "intermediate_size": 64,
           "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
@@ -141,7 +142,6 @@ def test_the_api_detection_cache_is_keyed_by_the_sources_it_reads(tmp_path, monk
     import json
     import types
 
-    from fixtures.rank.titan import api
 
     package = tmp_path / "torchtitan"
     (package / "config").mkdir(parents=True)

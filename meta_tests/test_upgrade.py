@@ -12,6 +12,10 @@ import pytest
 
 from upgrades import candidate_env, check as upgrade, compare as upgrade_compare
 from upgrades.stacks import REPO, STACKS
+from upgrades.check import describe_selection
+from fixtures.tiers import stack
+from upgrades.candidates import Candidate
+from upgrades import matrix as upgrade_matrix
 
 pytestmark = pytest.mark.meta
 
@@ -209,7 +213,6 @@ def test_real_candidate_end_to_end(tmp_path):
 def test_the_console_counts_contracts_not_arguments():
     """A full-tier selection is its options, not '<7 contracts whose outcome changed>'; a list
     of node ids is counted as contracts."""
-    from upgrades.check import describe_selection
 
     full = ["conformance", "-m", "cpu", "--inherit-expectations", "cpu-torch2.14-titan0.3", "-p", "no:x"]
     assert describe_selection(full) == "conformance -m cpu --inherit-expectations cpu-torch2.14-titan0.3 -p no:x"
@@ -275,7 +278,6 @@ def test_a_torch_upgrade_moves_every_pin_the_suite_keeps():
 def test_the_torch_pin_is_the_checked_stacks(tmp_path, pinned, passes):
     """test_torch_is_the_required_build holds torch to the pins of the stack being checked:
     with --stack-constraints (the candidate's set during an upgrade) those, not the suite's."""
-    from fixtures.tiers import stack
 
     version = stack.installed_version("torch") if pinned == "installed" else pinned
     constraints = tmp_path / "constraints.txt"
@@ -295,7 +297,6 @@ def test_a_build_no_index_serves_is_promoted_as_a_new_stack(tmp_path):
     """A wheel, git or checkout candidate that passes is not pinned into the trusted stack's
     constraints (pip could not fetch that version, and the stack's extra requires its own
     torchtitan): the page gives the steps of a new stack built from a wheelhouse."""
-    from upgrades.candidates import Candidate
 
     wheel = Candidate(text="/w/torchtitan-0.2.2+gitabc1234-py3-none-any.whl", kind="wheel", name="torchtitan",
                       install=("/w/torchtitan-0.2.2+gitabc1234-py3-none-any.whl",), version="0.2.2+gitabc1234")
@@ -318,7 +319,6 @@ def test_a_candidate_matrix_checks_each_set_once_and_writes_one_page(tmp_path, m
     check with its own folder and the same options and selection; one page has a row per set
     (verdict, causes, wall time), a NOT BUILT row with pip's reason; trn2's trusted session is
     run once and handed to the later rows."""
-    from upgrades import matrix as upgrade_matrix
 
     matrix = tmp_path / "m.txt"
     matrix.write_text("# the last torch releases\ntorch==2.15.0\ntorch==2.13.0  # older\n\ntorch==9.9 transformers==1\n")

@@ -5,6 +5,9 @@ import os
 
 import pytest
 
+from fixtures.launch import kernel_worker
+from fixtures.tiers import rehearsal
+
 
 def test_pytest_never_opens_the_device(tier):
     """First in the file, before anything imports torch_neuronx here: the kernel runs in the
@@ -14,7 +17,6 @@ def test_pytest_never_opens_the_device(tier):
 
     import torch
 
-    from fixtures.launch import kernel_worker
 
     q = torch.randn(1, 2, 256, 16)
     q_out, k_out = torch.empty_like(q), torch.empty_like(q)
@@ -34,7 +36,6 @@ def test_sees_the_standins(tier):
 
     import nkilib.core.embeddings as embeddings
 
-    from fixtures.tiers import rehearsal
 
     assert tier.rehearsal and tier.name == "trn2"
     assert all(v.endswith("+rehearsal") for v in rehearsal.standin_versions().values())

@@ -3,7 +3,7 @@ after training. The contract reading the run passes; the clean-exit contract fai
 the rank and the signal."""
 from pathlib import Path
 
-from fixtures.contract import expect_equal, require_trained
+from fixtures.contract import expect_clean_exit, expect_equal, require_trained
 from fixtures.repo import REPO_ROOT
 from fixtures.runs.catalogue import CATALOGUE, Entry
 from fixtures.runs.spec import RunSpec
@@ -22,6 +22,4 @@ def test_reads_the_run(tier, titan_runs):
 
 
 def test_clean_exit(tier, titan_runs):
-    from fixtures.contract import expect_clean_exit
-
     expect_clean_exit(titan_runs.get(ABORTING))
