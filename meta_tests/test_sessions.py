@@ -136,6 +136,30 @@ def test_session_with_orphan_fails_and_kills_it(tmp_path):
     assert orphans(session) == []
 
 
+def test_a_session_inside_another_stops_its_own_leftovers_only(tmp_path):
+    """A pytest session started inside another (a meta test's inner session, each session of
+    an upgrade check) inherits the outer session's id. At its end it kills the launches it
+    left, and no launch of the outer session: here a tagged process stands for another xdist
+    worker's torchrun, alive through the inner session. Seen at 97fc280 under ``-n 2``: an
+    inner session's end SIGKILLed the other worker's runs ("torchrun exited -9 without naming
+    a failed rank"; a killed-rank launch whose torchrun named no rank)."""
+    session = f"meta-nested-{uuid.uuid4().hex[:8]}"
+    outer = subprocess.Popen(["sleep", "300"], env=_session_env(session, CONFORMANCE_LAUNCH_ID="outer-launch"),
+                             start_new_session=True)
+    try:
+        proc = subprocess.run(_pytest_argv("orphan_session.py", tmp_path / "report", tmp_path / "cache", "-s"),
+                              cwd=REPO, env=_session_env(session), capture_output=True, text=True, timeout=120)
+        time.sleep(0.5)
+        outer_alive = outer.poll() is None
+    finally:
+        outer.kill()
+        outer.wait()
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout[-3000:]
+    own = int(proc.stdout.split("ORPHAN_PID=", 1)[1].split()[0])
+    assert f"were killed: pids [{own}]" in proc.stdout, proc.stdout[-3000:]
+    assert outer_alive, f"the inner session's end killed the outer session's launch (pid {outer.pid})"
+
+
 WRITE_AUDIT = Path(__file__).resolve().parent / "write_audit"
 
 
