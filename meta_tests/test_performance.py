@@ -89,12 +89,16 @@ def test_the_interval_is_the_same_for_the_same_figures():
     assert (a.low, a.high) == (b.low, b.high)
 
 
-def _launch(tmp_path, stack, name, times, peak, growth=0.05):
-    figures = {"ranks": {"0": {"steady_times": list(times), "peak_memory_gib": peak,
-                               "memory_growth_mib_per_step": growth},
-                         "1": {"steady_times": list(times), "peak_memory_gib": peak - 0.01,
-                               "memory_growth_mib_per_step": growth}}}
-    return perf_compare.Launch(stack, tmp_path / name, figures, "passed")
+def _rank(times, peak, growth):
+    import statistics
+
+    return {"steady_times": list(times), "step_time_s": statistics.median(times), "tokens_per_s": 2048 / statistics.median(times),
+            "peak_memory_gib": peak, "memory_growth_mib_per_step": growth}
+
+
+def _launch(tmp_path, stack, name, times, peak, growth=0.05, outcome="passed"):
+    figures = {"ranks": {"0": _rank(times, peak, growth), "1": _rank(times, peak - 0.01, growth)}}
+    return perf_compare.Launch(stack, tmp_path / name, figures, outcome)
 
 
 def test_verdicts(tmp_path):
@@ -121,6 +125,76 @@ def test_verdicts(tmp_path):
     died = [perf_compare.Launch("candidate", tmp_path / "candidate-1", None, "failed")]
     verdict = perf_compare.judge(base + died, policy)
     assert verdict.verdict == "NOT MEASURED" and "the performance contract failed" in verdict.problems[0]
+
+
+def _a_a(tmp_path):
+    base = [_launch(tmp_path, "trusted", f"trusted-{i}", SERIES[i]["steady_times"], 0.88) for i in (0, 2, 4)]
+    same = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in (1, 3, 5)]
+    return base, same
+
+
+POLICY = PerfPolicy(slower_than=0.1, larger_than=0.03, leak_mib_per_step=0.5, why="test")
+
+
+def test_every_candidate_step_time_nan_is_not_measured(tmp_path):
+    """A renamed torchtitan metric: every step time NaN. Before: PASS (NaN compares false)."""
+    base, _ = _a_a(tmp_path)
+    nan = [_launch(tmp_path, "candidate", f"candidate-{i}", [float("nan")] * 20, 0.88) for i in (1, 3, 5)]
+    for launch in nan:
+        launch.figures["ranks"]["0"]["step_time_s"] = float("nan")
+    verdict = perf_compare.judge(base + nan, POLICY)
+    assert verdict.verdict == "NOT MEASURED" and not verdict.passed
+    assert any("step_time_s=nan" in p and "candidate session candidate-1" in p for p in verdict.problems)
+    page = "\n".join(perf_compare.render(verdict, POLICY, base + nan))
+    assert "## Performance: NOT MEASURED" in page and "never a pass" in page
+
+
+def test_memory_of_minus_one_on_both_stacks_is_not_measured(tmp_path):
+    """A backend without memory statistics logs -1 on both sides: the ratio is 1. Before: PASS."""
+    base = [_launch(tmp_path, "trusted", f"trusted-{i}", SERIES[i]["steady_times"], -1.0) for i in (0, 2, 4)]
+    same = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], -1.0) for i in (1, 3, 5)]
+    for launch in base + same:
+        for rank in launch.figures["ranks"].values():
+            rank["peak_memory_gib"] = -1.0
+    verdict = perf_compare.judge(base + same, POLICY)
+    assert verdict.verdict == "NOT MEASURED" and not verdict.passed
+    assert sum("peak_memory_gib=-1.0" in p for p in verdict.problems) == 12  # every rank, both stacks
+
+
+def test_a_failed_contract_in_one_launch_against_three_is_not_measured(tmp_path):
+    """The candidate's performance contract failed in its one launch, against three trusted
+    ones, its figures still recorded. Before: PASS with no problem listed."""
+    base, same = _a_a(tmp_path)
+    one = [_launch(tmp_path, "candidate", "candidate-1", SERIES[1]["steady_times"], 0.88, outcome="failed")]
+    verdict = perf_compare.judge(base + one, POLICY)
+    assert verdict.verdict == "NOT MEASURED" and not verdict.passed
+    assert any("the performance contract failed" in p for p in verdict.problems)
+    assert any("unequal launch counts: 3 trusted against 1 candidate" in p for p in verdict.problems)
+    # each cause alone is enough: unequal counts of passing launches, a failed contract among equal counts
+    assert perf_compare.judge(base + same[:1], POLICY).verdict == "NOT MEASURED"
+    failed = [same[0], same[1], _launch(tmp_path, "candidate", "candidate-5", SERIES[5]["steady_times"], 0.88,
+                                        outcome="failed")]
+    assert perf_compare.judge(base + failed, POLICY).problems == ["candidate session candidate-5: the performance "
+                                                                  "contract failed"]
+    assert perf_compare.judge(base + one, POLICY, accepted=True).passed  # accepted, and still named
+    assert perf_compare.judge(base + same, POLICY).verdict == "PASS"
+
+
+def test_the_gate_and_the_summary_say_not_measured(tmp_path):
+    """The gate and summary.md apply the same rule to a session's figures."""
+    from reports import gate, summary
+
+    ranks = {"0": {**_rank(SERIES[0]["steady_times"], 0.88, 0.0), "tokens_per_s": float("nan")}}
+    contract = {"nodeid": f"conformance/{perf_compare.PERF_CONTRACT}[cpu]", "outcome": "passed",
+                "measured": {"performance": json.dumps({"run": "pretrain", "warmup_rule": "r", "ranks": ranks})}}
+    good = {**contract, "measured": {"performance": json.dumps(
+        {"run": "pretrain", "warmup_rule": "r", "ranks": {"0": _rank(SERIES[0]["steady_times"], 0.88, 0.0)}})}}
+    machine = {"machine": {"name": "m"}}
+    lines = gate.performance_against({"contracts": [good], **machine}, {"contracts": [contract], **machine})
+    assert lines and "NOT MEASURED" in lines[0] and "tokens_per_s=nan" in lines[0]
+    page = "\n".join(summary.performance_section({"contracts": [contract], **machine}))
+    assert "NOT MEASURED" in page and "tokens_per_s=nan" in page
+    assert "NOT MEASURED" not in "\n".join(summary.performance_section({"contracts": [good], **machine}))
 
 
 def test_a_session_report_is_read_back(tmp_path):

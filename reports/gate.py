@@ -132,6 +132,10 @@ def performance_against(baseline: dict, run: dict) -> list[str]:
                 "machines are not comparable"]
     lines = []
     for nodeid in sorted(set(before) & set(after)):
+        missing = performance.unmeasured(after[nodeid].get("ranks") or {})
+        if missing:  # the same rule as the upgrade check's: a figure that measured nothing is no figure
+            lines.append(f"{nodeid}: NOT MEASURED: " + "; ".join(missing))
+            continue
         b, a = before[nodeid]["ranks"].get("0"), after[nodeid]["ranks"].get("0")
         if not (b and a and b.get("steady_times") and a.get("steady_times")):
             continue

@@ -6,6 +6,8 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from fixtures.oracles import performance
+
 OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 
 
@@ -178,18 +180,29 @@ def performance_section(report: dict) -> list[str]:
             continue
         fig = json.loads(raw)
         machine = report.get("machine") or {}
-        lines += [f"## Performance ({c['nodeid'].rsplit('[', 1)[-1].rstrip(']')})", "",
-                  f"Run `{fig['run']}`; warm-up rule: {fig['warmup_rule']}; compile cache: "
+        missing = performance.unmeasured(fig.get("ranks") or {})
+        verdict = ": NOT MEASURED" if missing or c["outcome"] != "passed" else ""
+        lines += [f"## Performance ({c['nodeid'].rsplit('[', 1)[-1].rstrip(']')}){verdict}", ""]
+        if verdict:  # the same rule as the upgrade check's and the gate's
+            lines += [f"- the performance contract {c['outcome']}"] * (c["outcome"] != "passed")
+            lines += [f"- {line}" for line in missing] + [""]
+        lines += [f"Run `{fig['run']}`; warm-up rule: {fig['warmup_rule']}; compile cache: "
                   f"{_compile_cache_cell(fig.get('compile_cache'))}; machine: {machine.get('name', 'not recorded')}.",
                   "Absolute figures belong to this machine: compare them only with a session of the same machine.", ""]
-        rows = [[rank, r["warmup_steps"], f"{r['first_step_s']:.3f}",
-                 f"{r['step_time_s']:.4f} ({r['step_time_p10_s']:.4f}-{r['step_time_p90_s']:.4f})",
-                 f"{r['tokens_per_s']:.0f}", f"{r['peak_memory_gib']:.4f}"
+        rows = [[rank, r.get("warmup_steps", "-"), _cell(r.get("first_step_s"), ".3f"),
+                 f"{_cell(r.get('step_time_s'), '.4f')} ({_cell(r.get('step_time_p10_s'), '.4f')}-"
+                 f"{_cell(r.get('step_time_p90_s'), '.4f')})",
+                 _cell(r.get("tokens_per_s"), ".0f"), _cell(r.get("peak_memory_gib"), ".4f")
                  + (f" ({r['peak_of_core_capacity']:.0%} of the core)" if "peak_of_core_capacity" in r else ""),
-                 f"{r['memory_growth_mib_per_step']:.3f}"] for rank, r in sorted(fig["ranks"].items())]
+                 _cell(r.get("memory_growth_mib_per_step"), ".3f")] for rank, r in sorted(fig["ranks"].items())]
         lines += _table(["rank", "warm-up steps", "first step s", "steady step s: median (p10-p90)", "tokens/s",
                          "peak memory GiB", "growth MiB/step"], rows) + [""]
     return lines
+
+
+def _cell(value, spec: str) -> str:
+    """A figure as the table shows it; a missing one as 'missing', never a crash."""
+    return "missing" if not isinstance(value, (int, float)) else format(value, spec)
 
 
 def _compile_cache_cell(events: dict | None) -> str:

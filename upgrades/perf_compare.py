@@ -107,14 +107,35 @@ class Verdict:
                 "problems": self.problems}
 
 
+def measurement_problems(launches: list[Launch]) -> list[str]:
+    """Why these launches measured nothing a verdict can rest on (empty: they did). A launch
+    whose performance contract did not pass, a figure missing, non-finite or not positive
+    (a renamed torchtitan metric logs nothing; a backend without memory statistics logs -1),
+    and stacks with unequal launch counts (a comparison of 1 launch against 3 is not the
+    interleaved design) each make the verdict NOT MEASURED, never PASS."""
+    problems = []
+    for l in launches:
+        where = f"{l.stack} session {l.report_dir.name}"
+        if l.outcome != "passed":
+            problems.append(f"{where}: the performance contract {l.outcome}")
+        problems += [f"{where}: {line}" for line in performance.unmeasured((l.figures or {}).get("ranks") or {})]
+    counts = {s: sum(l.stack == s for l in launches) for s in ("trusted", "candidate")}
+    if counts["trusted"] != counts["candidate"]:
+        problems.append(f"unequal launch counts: {counts['trusted']} trusted against {counts['candidate']} "
+                        "candidate sessions (the interleaved design compares equal numbers)")
+    if not counts["trusted"] or not counts["candidate"]:
+        problems.append("no launch of one of the stacks")
+    return problems
+
+
 def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool = False) -> Verdict:
-    """The performance verdict of interleaved launches, by ``policy``'s thresholds."""
-    measured = {s: [l for l in launches if l.stack == s and l.figures and l.steady_times]
-                for s in ("trusted", "candidate")}
-    problems = [f"{l.stack} session {l.report_dir.name}: the performance contract {l.outcome}"
-                for l in launches if not (l.figures and l.steady_times)]
-    if not measured["trusted"] or not measured["candidate"]:
-        return Verdict("NOT MEASURED", problems=problems or ["no launch of one of the stacks measured"])
+    """The performance verdict of interleaved launches, by ``policy``'s thresholds; NOT
+    MEASURED (``measurement_problems``) whenever a launch measured nothing a verdict can rest on.
+    Only a regression or INCONCLUSIVE can be accepted; NOT MEASURED can too, but stays named."""
+    problems = measurement_problems(launches)
+    if problems:
+        return Verdict("NOT MEASURED", problems=problems, accepted=accepted)
+    measured = {s: [l for l in launches if l.stack == s] for s in ("trusted", "candidate")}
     step = performance.compare_step_times([l.steady_times for l in measured["trusted"]],
                                           [l.steady_times for l in measured["candidate"]], policy.slower_than)
     peak = performance.compare_peaks([l.peak_gib for l in measured["trusted"]],
@@ -125,7 +146,7 @@ def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool
     words = [w for w, bad in (("SLOWER", step.flagged), ("LARGER", peak.flagged), ("LEAKING", bool(leaks))) if bad]
     if not words and (step.inconclusive or peak.inconclusive):
         words = ["INCONCLUSIVE"]
-    return Verdict("+".join(words) or "PASS", [step, peak], leaks, problems, accepted=bool(words) and accepted)
+    return Verdict("+".join(words) or "PASS", [step, peak], leaks, [], accepted=bool(words) and accepted)
 
 
 def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Launch]) -> list[str]:
@@ -145,6 +166,9 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
             lines.append(f"| {c.figure} (median of {c.launches[0]}+{c.launches[1]} launches) | {c.trusted:.4g} | "
                          f"{c.candidate:.4g} | {c.change()} | {flag} |")
         lines.append("")
+    if verdict.verdict == "NOT MEASURED":
+        lines += ["These launches measured nothing a verdict can rest on (below): NOT MEASURED is never a "
+                  "pass, and fails the check unless accepted with `--accept-performance`.", ""]
     if verdict.verdict == "INCONCLUSIVE":
         lines += ["The intervals reach beyond the threshold without clearing no change: these launches are "
                   "too noisy to say the candidate is within it. Rerun with more launches "
