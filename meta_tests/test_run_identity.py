@@ -61,3 +61,62 @@ def test_a_locally_patched_installed_package_changes_its_stamp(tmp_path, monkeyp
     assert before and after and before != after
     assert set(run_cache.installed_tree_stamp()) >= {"torch", "torchtitan", "transformers"}
     sys.modules.pop("fakepkg_for_identity", None)
+
+
+def test_the_kernel_path_torch_takes_is_part_of_the_key(tmp_path, monkeypatch):
+    """``ATEN_CPU_CAPABILITY`` makes torch take another instruction set's kernels, whose fp32
+    rounding can differ: a session under avx2 never reads a run computed on the AVX-512 paths."""
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    native = _key(tmp_path)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert _key(tmp_path) != native
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    assert len({native, _key(tmp_path)}) == 2
+
+
+def _tiers(tmp_path):
+    from meta_tests.test_platform import _model_dir
+
+    return [cpu_profile(), trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))]
+
+
+def test_two_runs_never_share_a_description(tmp_path):
+    """The description keys the launch history, the plan's history, the trusted artifacts and
+    the upgrade page's figures: two catalogue runs that compute different things must not
+    share one (hf_backend_as_upstream and hf_backend_rotary_fixed once both read
+    ``hf_backend steps=10 load=hf_tied export=float32``). Entries that compute the same thing
+    are one launch (``Catalogue.launch_of``) and may."""
+    from fixtures.runs.catalogue import CATALOGUE
+
+    for tier in _tiers(tmp_path):
+        seen: dict[str, tuple[str, object]] = {}
+        for entry in CATALOGUE.entries(tier):
+            spec = entry.build(tier).computed()
+            name, other = seen.setdefault(spec.describe(), (entry.name, spec))
+            assert other == spec, f"{tier.name}: {name} and {entry.name} both describe as {spec.describe()!r}"
+
+
+def test_run_dir_is_the_folder_get_launches_into(tmp_path, monkeypatch):
+    """``run_dir`` and ``get`` key the same launched spec, also where the cache merges two
+    entries' recordings into one launch and where a run takes its clipping threshold from
+    another run (before, ``run_dir`` keyed the spec as asked)."""
+    from fixtures.runs.catalogue import CATALOGUE
+    from fixtures.runs.result import RunResult
+
+    tier = cpu_profile()
+    cache = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path / "assets-x"), tmp_path))
+    launched = []
+
+    def fake_get(spec, requested_by=None, expected_to_fail=False):  # the reference run's result, no launch
+        launched.append(spec)
+        result = RunResult.__new__(RunResult)
+        result.grad_norms = lambda: [1.0, 2.0, 3.0]
+        return result
+
+    monkeypatch.setattr(cache, "get", fake_get)
+    clipped = next(e.build(tier) for e in CATALOGUE.entries(tier) if e.build(tier).max_norm_from is not None)
+    expected = cache.key(clipped.with_max_norm([1.0, 2.0, 3.0]), cache.inputs_of(clipped))
+    assert cache.run_dir(clipped).name == expected and launched == [clipped.max_norm_from]
+    merged = CATALOGUE.spec("dense_native", tier)
+    assert cache.run_dir(merged).name == cache.key(CATALOGUE.launch_of(merged, tier), cache.inputs_of(merged))
+    assert cache.run_dir(merged) == cache.run_dir(CATALOGUE.spec("dense_native_optimizer_tensors", tier))
