@@ -34,8 +34,8 @@ def test_listed_failure_is_xfail_and_listed_pass_fails(pytester):
     pytester.makepyfile(test_sample=TESTS)
     directory = _write_expectations(pytester, [
         "# comment",
-        "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1",
-        "test_sample.py::test_fixed_upstream | was broken | https://example.invalid/2",
+        "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1 | failure: AssertionError: upstream behaves differently",
+        "test_sample.py::test_fixed_upstream | was broken | https://example.invalid/2 | failure: was broken",
     ])
     result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory), "-rxX")
     result.assert_outcomes(passed=1, xfailed=1, failed=1)
@@ -44,10 +44,48 @@ def test_listed_failure_is_xfail_and_listed_pass_fails(pytester):
     result.stdout.fnmatch_lines(["*XFAIL*test_known_deviation*upstream differs*"])
 
 
+DIFFERENT = """
+import os
+
+def test_known_deviation():
+    if os.environ.get("BREAK_DIFFERENTLY"):
+        raise RuntimeError("torchrun exited -9: rank 0 killed at start-up")
+    assert 1 == 2, "upstream behaves differently"
+"""
+
+
+def test_a_deviation_that_fails_differently_is_a_failure_naming_both(pytester, monkeypatch):
+    """A listed test that fails, but not as recorded (here: its run killed at start-up), is no
+    longer the deviation holding: red, with the recorded signature and the new failure."""
+    pytester.makepyfile(test_sample=DIFFERENT)
+    directory = _write_expectations(pytester, [
+        "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1 | "
+        "failure: AssertionError: upstream behaves differently"])
+    args = ("-p", "fixtures.session.expectations", "--expectations-dir", str(directory), "-rxXf")
+    pytester.runpytest(*args).assert_outcomes(xfailed=1)
+    monkeypatch.setenv("BREAK_DIFFERENTLY", "1")
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "known deviation failed differently" in out and "AssertionError: upstream behaves differently" in out, out
+    assert "RuntimeError: torchrun exited -9: rank 0 killed at start-up" in out, out
+
+
+def test_a_deviation_not_measured_yet_holds_for_any_failure(pytester, monkeypatch):
+    """Only a deviation nobody has seen fail (expected from the docs) says ``(not measured)``."""
+    pytester.makepyfile(test_sample=DIFFERENT)
+    directory = _write_expectations(pytester, [
+        "test_sample.py::test_known_deviation | expected, not measured | https://example.invalid/1 | "
+        "failure: (not measured)"])
+    monkeypatch.setenv("BREAK_DIFFERENTLY", "1")
+    pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory)).assert_outcomes(
+        xfailed=1)
+
+
 def test_line_naming_no_test_is_warned(pytester):
     pytester.makepyfile(test_sample=TESTS)
     directory = _write_expectations(pytester, [
-        "test_sample.py::test_renamed_away | gone | https://example.invalid/3",
+        "test_sample.py::test_renamed_away | gone | https://example.invalid/3 | failure: gone",
     ])
     result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory))
     result.assert_outcomes(passed=2, failed=1)
@@ -56,6 +94,9 @@ def test_line_naming_no_test_is_warned(pytester):
 
 @pytest.mark.parametrize("line", [
     "test_x.py::test_a | no link",
+    "test_x.py::test_a | no signature | https://example.invalid",
+    "test_x.py::test_a | a signature without its prefix | https://example.invalid | AssertionError",
+    "test_x.py::test_a | not a regex | https://example.invalid | failure: (unclosed",
     "test_x.py::test_a |  | https://example.invalid",
     "just a node id",
 ])
@@ -104,7 +145,7 @@ def test_a_stack_nobody_has_seen_runs_on_the_nearest_stacks_expectations(pyteste
     pytester.makepyfile(test_sample=TESTS)
     directory = pytester.mkdir("exp")
     (directory / "cpu-torch0.1-titan9.9.txt").write_text(
-        "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1\n")
+        "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1 | failure: upstream\n")
     (directory / "trn2-torch0.1-titan9.9.txt").write_text("")
     result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory), "-rx")
     result.assert_outcomes(passed=2, xfailed=1)
@@ -141,8 +182,8 @@ def test_an_inherited_session_is_not_trusted_and_writes_its_own_file(tmp_path):
     exp_dir = tmp_path / "exp"
     exp_dir.mkdir()
     (exp_dir / "trn2-torch2.9-titan0.2.txt").write_text(
-        "conformance/test_a.py::test_held[trn2] | differs | https://example.invalid/1\n"
-        "conformance/test_a.py::test_fixed[trn2] | was broken | https://example.invalid/2\n")
+        "conformance/test_a.py::test_held[trn2] | differs | https://example.invalid/1 | failure: differs\n"
+        "conformance/test_a.py::test_fixed[trn2] | was broken | https://example.invalid/2 | failure: (not measured)\n")
     report = {"session": "s1", "complete": True, "rehearsal": False,
               "expectations": {"trn2": {"stack": "trn2-torch2.9-titan0.2+neuron.3", "how": "nearest",
                                         "file_stack": "trn2-torch2.9-titan0.2",
@@ -158,7 +199,7 @@ def test_an_inherited_session_is_not_trusted_and_writes_its_own_file(tmp_path):
     (run / "report.json").write_text(json.dumps(report))
     assert write_expectations.main([str(run), "--expectations-dir", str(exp_dir)]) == 0
     written = (exp_dir / "trn2-torch2.9-titan0.2+neuron.3.txt").read_text()
-    assert "conformance/test_a.py::test_held[trn2] | differs | https://example.invalid/1" in written
+    assert "conformance/test_a.py::test_held[trn2] | differs | https://example.invalid/1 | failure: differs" in written
     assert "# no longer deviates on this stack (XPASS), left out: conformance/test_a.py::test_fixed[trn2]" in written
     assert "# FAILED on this stack, review" in written and "AssertionError: contract x" in written
     parsed = expectations.parse(exp_dir / "trn2-torch2.9-titan0.2+neuron.3.txt")  # a valid file

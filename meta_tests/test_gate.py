@@ -149,3 +149,51 @@ def test_gate_compares_like_with_like(baseline):
     assert gate.baseline_for(run).name == "cpu-torch2.14-titan0.2+git5059f32.json"
     missing = gate.compare_with_file(REPO / "reports" / "baselines" / "no-such-stack.json", run)
     assert not missing.ok and "no committed baseline" in missing.text()
+
+
+def _with_performance(report: dict, step: float) -> dict:
+    from meta_tests.test_performance import SERIES, _rank
+
+    report = copy.deepcopy(report)
+    figures = {"run": "pretrain", "warmup_rule": "r",
+               "ranks": {"0": _rank([t * step for t in SERIES[0]["steady_times"]], 0.88, 0.0)}}
+    report["contracts"].append({"nodeid": "conformance/test_performance.py::test_steady_state_is_reached_and_measured[cpu]",
+                                "outcome": "passed", "measured": {"performance": json.dumps(figures)}})
+    return report
+
+
+def test_the_gate_compares_no_figure_with_a_baseline_of_another_suite(baseline):
+    """A baseline recorded with other checkpoints (another assets recipe) measured other
+    things: the gate says so and compares no figure across it; a baseline of the same suite
+    is compared."""
+    base, run = _with_performance(baseline, 1.0), _with_performance(baseline, 1.5)
+    run["suite"] = dict(base["suite"])
+    same = gate.compare(base, run)
+    assert same.other_suite is None and "steady step slower by" in same.text(), same.text()
+    run["suite"]["assets_recipe"] = "0123456789abcdef"
+    other = gate.compare(base, run)
+    assert other.other_suite and "recorded by another suite" in other.text()
+    assert "assets_recipe" in other.text() and "steady step" not in other.text()
+    unrecorded = gate.compare({**base, "suite": None}, run)
+    assert "records no suite identity" in unrecorded.text() and "steady step" not in unrecorded.text()
+
+
+def test_the_gate_says_when_its_baseline_took_other_kernel_paths(baseline):
+    run = copy.deepcopy(baseline)
+    assert gate.compare(baseline, run).other_machine is None
+    run["machine"] = {**run["machine"], "numerics_key": "another", "numerics_label": "AuthenticAMD EPYC, AVX512 kernels"}
+    text = gate.compare(baseline, run).text()
+    assert "this session on AuthenticAMD EPYC, AVX512 kernels" in text and "may be this machine's" in text
+
+
+def test_a_deviation_failing_differently_is_newly_failing_with_both_reasons(baseline):
+    from fixtures.session.expectations import DIFFERENTLY
+
+    run = copy.deepcopy(baseline)
+    held = _first(run, "xfailed")
+    held["outcome"] = "failed"
+    held["message"] = (f"RuntimeError: torchrun exited -9\n\n{DIFFERENTLY} (x.txt:3): recorded: failure matching "
+                       "'drops lm_head'; now: RuntimeError: torchrun exited -9")
+    result = gate.compare(baseline, run)
+    assert not result.ok and held["nodeid"] in result.newly_failing
+    assert f"{DIFFERENTLY} (x.txt:3): recorded: failure matching 'drops lm_head'" in result.text()

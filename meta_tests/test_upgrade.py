@@ -369,7 +369,7 @@ def test_a_figure_the_trusted_stack_moves_today_is_not_blamed_on_the_candidate()
     assert (by["b"]["stale_baseline"], by["b"]["candidates_move"]) == (False, True)
     assert "today" not in by["c"] and result["figures_remeasured_today"] == 2
     page = upgrade_compare.render(result, title="t")
-    assert "the checkout's (the trusted stack measures the same today): not the candidate's" in page
+    assert "this machine's or the checkout's (the trusted stack measures the same here today): not the candidate's" in page
     assert "| `c` | err | 1 | - | 4 | not re-measured today |" in page, page
 
 
@@ -391,3 +391,37 @@ def test_a_new_contract_failing_in_the_candidate_fails_the_upgrade():
     assert not failing["passed"] and "1 new contract(s) failing (not in the baseline)" in failing["verdict"]
     passing = upgrade_compare.compare(base, _report({"a": "passed", "new_leak": "passed"}), [])
     assert passing["passed"]
+
+
+def test_a_deviation_failing_differently_is_red_on_the_page_with_both_reasons():
+    """A known deviation whose contract now fails otherwise than recorded (the expectations
+    plugin made it a failure) is newly failing, grouped under the line that names both the
+    recorded signature and the new failure; before, any failure read as "still holding"."""
+    from fixtures.session.expectations import DIFFERENTLY
+
+    base = _report({"a": "passed", "lm_head": "xfailed"})
+    cand = _report({"a": "passed", "lm_head": "failed"})
+    cand["contracts"][1]["message"] = (
+        f"{RUN_DIED}\n\n{DIFFERENTLY} (cpu-torch2.14-titan0.3.txt:10): recorded: failure matching "
+        "\"contract: the run reports that the checkpoint's lm_head\\.weight was dropped\"; now: "
+        "AssertionError: contract: the run dense_native trains every step on every rank")
+    result = upgrade_compare.compare(base, cand, CHANGES)
+    assert not result["passed"] and result["counts"]["newly failing"] == 1
+    [group] = result["groups"]
+    assert group["cause"].startswith(DIFFERENTLY) and "recorded: failure matching" in group["cause"]
+    page = upgrade_compare.render(result, title="t")
+    assert "lm_head\\.weight was dropped" in page and "now: AssertionError: contract: the run dense_native" in page
+
+
+def test_a_failure_the_trusted_stack_shares_here_is_this_machines():
+    """Where a trusted session on this machine fails the same contract, the failure is this
+    machine's (its kernel paths, the checkout), not the candidate's: listed, not blocking."""
+    base = _report({"a": "passed", "tp": "passed"})
+    cand = _report({"a": "passed", "tp": "failed"})
+    today = _report({"tp": "failed"})
+    blamed = upgrade_compare.compare(base, cand, CHANGES)
+    assert not blamed["passed"] and upgrade_compare.suspects(blamed) == ["tp"]
+    result = upgrade_compare.compare(base, cand, CHANGES, today=today)
+    assert result["passed"] and result["counts"]["fails with the trusted stack here"] == 1
+    assert "this machine's, not the candidate's" in result["verdict"]
+    assert "Failing on this machine with the trusted stack too" in upgrade_compare.render(result, title="t")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fixtures.oracles import performance
+from fixtures.session.expectations import failed_differently
 from reports.cli import command_parser
 from reports.pins import read_report
 
@@ -38,6 +39,9 @@ class GateResult:
     baseline_problem: str | None = None  # a baseline of another stack, or none committed
     baseline_stack: str | None = None
     performance: list[str] = field(default_factory=list)  # figures against the baseline's; never fail the gate
+    differently: dict[str, str] = field(default_factory=dict)  # nodeid -> a known deviation failing otherwise
+    other_suite: str | None = None  # the baseline was recorded by another suite: no figure compared
+    other_machine: str | None = None  # the baseline's figures were computed on other kernel paths
 
     @property
     def ok(self) -> bool:
@@ -57,6 +61,10 @@ class GateResult:
             out.append(f"  {self.baseline_problem}")
         if self.incomplete:
             out.append("  the run's report is incomplete (interrupted session)")
+        if self.other_suite:
+            out.append(f"  {self.other_suite}")
+        if self.other_machine:
+            out.append(f"  {self.other_machine}")
         for name, before, after in self.drift:
             out.append(f"  version drift: {name}: {before or 'not installed'} -> {after or 'not installed'}")
         for title, ids in (("newly failing", self.newly_failing), ("missing", self.missing),
@@ -64,10 +72,12 @@ class GateResult:
                            ("newly passing (not a failure)", self.newly_passing)):
             for nodeid in ids:
                 out.append(f"  {title}: {nodeid}")
+                if nodeid in self.differently:
+                    out.append(f"    {self.differently[nodeid]}")
         for nodeid, outcome in self.new:
             out.append(f"  new contract, not in the baseline ({outcome}"
                        + (": fails the gate" if outcome in BAD else "") + f"): {nodeid}")
-        if len(out) == 1:
+        if len(out) == 1 + bool(self.other_machine):
             out.append("  no version drift, no contract changes")
         out += [f"  performance: {line}" for line in self.performance]
         return "\n".join(out)
@@ -105,9 +115,43 @@ def compare(baseline: dict, run: dict) -> GateResult:
             result.newly_skipped.append(nodeid)
         elif was in BAD and now[nodeid] in GOOD:
             result.newly_passing.append(nodeid)
+    messages = {c["nodeid"]: c.get("message") or "" for c in run["contracts"]}
+    result.differently = {n: line for n in result.newly_failing if (line := failed_differently(messages.get(n, "")))}
     result.new = [(nodeid, outcome) for nodeid, outcome in sorted(now.items()) if nodeid not in base]
-    result.performance = performance_against(baseline, run)
+    result.other_suite = other_suite(baseline, run)
+    result.other_machine = other_machine(baseline, run)
+    result.performance = ([f"not compared: {result.other_suite}"] if result.other_suite
+                          else performance_against(baseline, run))
     return result
+
+
+SUITE_FIELDS = ("assets_recipe", "assets_files")
+
+
+def other_suite(baseline: dict, run: dict) -> str | None:
+    """Why the baseline was measured by another suite (its assets and checkpoints differ, or it
+    recorded none), or None. Outcomes are still compared contract by contract; figures are not."""
+    before, after = baseline.get("suite") or {}, run.get("suite") or {}
+    if not before:
+        return ("the baseline records no suite identity (recorded before suites had one): its figures may "
+                "come from other checkpoints; re-record it (python -m reports.baseline REPORT_DIR)")
+    moved = [f"{name} {before.get(name)} -> {after.get(name)}" for name in SUITE_FIELDS
+             if before.get(name) != after.get(name)]
+    if moved:
+        return ("the baseline was recorded by another suite (" + "; ".join(moved) + "): figures are not compared "
+                "across it; re-record it (python -m reports.baseline REPORT_DIR)")
+    return None
+
+
+def other_machine(baseline: dict, run: dict) -> str | None:
+    """A note where the baseline's figures were computed on other kernel paths
+    (``fixtures.tiers.machine``): a newly failing exactness contract may be this machine's."""
+    before, after = baseline.get("machine") or {}, run.get("machine") or {}
+    if before.get("numerics_key") and before.get("numerics_key") == after.get("numerics_key"):
+        return None
+    return (f"the baseline was computed on {before.get('numerics_label') or 'an unrecorded machine'}, this "
+            f"session on {after.get('numerics_label') or 'an unrecorded machine'}: a contract that newly fails "
+            "may be this machine's kernel paths, not the stack (the upgrade check asks the trusted stack here)")
 
 
 def _performance_figures(report: dict) -> dict[str, dict]:
@@ -125,11 +169,13 @@ def performance_against(baseline: dict, run: dict) -> list[str]:
         return []
     if not before:
         return ["the baseline has no performance figures"]
-    same = (baseline.get("machine") or {}).get("name")
-    if same != (run.get("machine") or {}).get("name"):
-        return [f"not compared: the baseline was measured on {same or 'an unrecorded machine'}, this session on "
-                f"{(run.get('machine') or {}).get('name', 'an unrecorded machine')}: absolute times of two "
-                "machines are not comparable"]
+    def where(report: dict) -> str:
+        m = report.get("machine") or {}
+        return f"{m.get('name', 'an unrecorded machine')} ({m.get('numerics_label', 'kernel paths not recorded')})"
+
+    if where(baseline) != where(run):
+        return [f"not compared: the baseline was measured on {where(baseline)}, this session on {where(run)}: "
+                "absolute times of two machines are not comparable"]
     lines = []
     for nodeid in sorted(set(before) & set(after)):
         missing = performance.unmeasured(after[nodeid].get("ranks") or {})

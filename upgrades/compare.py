@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import re
 
+from fixtures.session.expectations import failed_differently
+
 GOOD = {"passed", "xfailed"}
 BAD = {"failed", "error", "xpassed"}
 
@@ -20,6 +22,10 @@ CATEGORIES = {
     "newly skipped": ("Skipped where the baseline ran it", True),
     "upstream fixed": ("Known deviations the candidate fixes (delete their expectations line)", False),
     "newly passing": ("Newly passing", False),
+    # a newly failing contract the trusted stack fails today on this machine too: the baseline's
+    # machine took other kernel paths (or the checkout changed); not the candidate's
+    "fails with the trusted stack here": ("Failing on this machine with the trusted stack too (this machine's, "
+                                          "not the candidate's)", False),
     "new": ("New in the candidate's run", False),
 }
 
@@ -200,8 +206,11 @@ def group_failures(contracts: list[dict], runs_by_key: dict[str, dict] | None = 
     for c in contracts:
         if c["category"] != "newly failing":
             continue
-        died = run_failure(c, runs_by_key)
         message = (c.get("message") or "").strip()
+        if c.get("differently"):  # both reasons, recorded and now, are the cause
+            found.append((c, c["differently"], None))
+            continue
+        died = run_failure(c, runs_by_key)
         if died is None and message.startswith("not run: "):  # stopped by a cause that killed runs before
             died = _normalised(message.removeprefix("not run: ").split(" (a fact of this stack", 1)[0])[:300]
         found.append((c, *((f"a run died: {died}", None) if died else failure_cause(message))))
@@ -249,6 +258,26 @@ def mark_against_today(measured: list[dict], today: dict | None) -> int:
     return seen
 
 
+def mark_outcomes_against_today(contracts: list[dict], today: dict | None) -> int:
+    """Each newly failing contract that the trusted stack also fails in ``today``'s session (on
+    this machine, this checkout) is recategorised: the failure is this machine's, not the
+    candidate's. Returns how many."""
+    now = {c["nodeid"]: c["outcome"] for c in (today or {}).get("contracts", [])}
+    moved = 0
+    for c in contracts:
+        if c["category"] == "newly failing" and now.get(c["nodeid"]) in BAD:
+            c["category"], c["today"] = "fails with the trusted stack here", now[c["nodeid"]]
+            moved += 1
+    return moved
+
+
+def suspects(result: dict) -> list[str]:
+    """The contracts a trusted session on this machine should answer for before the candidate is
+    blamed: those newly failing and those whose figures moved."""
+    return sorted({c["nodeid"] for c in result["contracts"] if c["category"] == "newly failing"}
+                  | {m["nodeid"] for m in result["measured"]})
+
+
 def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: list[str] | None = None,
             today: dict | None = None) -> dict:
     """The upgrade result as JSON-able data. ``changes``: {name, old, new, kind} per package.
@@ -258,6 +287,7 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     cand = {c["nodeid"]: c for c in candidate.get("contracts", [])}
     contracts = [_contract_change(nodeid, base.get(nodeid), cand.get(nodeid))
                  for nodeid in sorted(set(base) | set(cand))]
+    mark_outcomes_against_today(contracts, today)
     measured, unchanged_figures, compared_figures = _figure_changes(base, cand)
     runs_b, runs_c = _run_figures(baseline), _run_figures(candidate)
     runs = [{"run": name, "before": runs_b[name], "after": runs_c[name]}
@@ -271,7 +301,9 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     problems = _problems(contracts, counts, pip_check, candidate)
     remeasured = mark_against_today(measured, today)
     return {
-        "verdict": _verdict(problems, groups, counts["upstream fixed"], still),
+        "verdict": _verdict(problems, groups, counts["upstream fixed"], still) + (
+            f"; {counts['fails with the trusted stack here']} contract(s) fail on this machine with the trusted "
+            "stack too (this machine's, not the candidate's)" if counts["fails with the trusted stack here"] else ""),
         "passed": not problems,
         "baseline_session": baseline.get("session"),
         "today_session": (today or {}).get("session"),
@@ -302,6 +334,7 @@ def _contract_change(nodeid: str, b: dict | None, c: dict | None) -> dict:
         entry["repro_bundle"] = c.get("repro_bundle")
         entry["message"] = c.get("message") or ""
         entry["runs"] = c.get("runs") or []
+        entry["differently"] = failed_differently(entry["message"])  # a known deviation failing otherwise
     if category == "unchanged" and entry["before"] == "xfailed" and entry["after"] == "xfailed":
         entry["expectation"] = (c or {}).get("expectation")
         entry["not_remeasured"] = deviation_remeasured(b, c)
@@ -483,7 +516,8 @@ def _figures_section(result: dict) -> list[str]:
             if "today" not in m:
                 whose = "not re-measured today"
             elif not m["candidates_move"]:
-                whose = "the checkout's (the trusted stack measures the same today): not the candidate's"
+                whose = ("this machine's or the checkout's (the trusted stack measures the same here today): "
+                         "not the candidate's")
             else:
                 whose = "the candidate's" + (" (the baseline is stale too)" if m["stale_baseline"] else "")
             lines.append(f"| `{m['nodeid'].split('::', 1)[-1]}` | {m['name']} | {_fmt(m['before'])} | "
