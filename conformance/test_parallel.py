@@ -39,8 +39,20 @@ def test_tp_run_builds_fsdp_by_tp_mesh(tier, titan_runs):
 def test_rope_kernel_wrapper_under_tp_is_right_or_refuses(tier, titan_runs, record_property):
     """With the default SPMD backend the wrapper sees each rank's local heads as plain
     tensors; RoPE is per head, so the run must train like TP without the wrapper, within
-    the tier's same_math_rtol (cpu: bit for bit), or, had it got DTensors, fail naming
-    tensor parallel."""
+    the tier's same_math_rtol (cpu: 1e-6, two computations equal in exact arithmetic whose
+    rounding depends on the machine's kernel paths: see the tier profile), or, had it got DTensors, fail naming
+    tensor parallel.
+
+    Why not bit for bit on cpu (issue 41: an AMD EPYC AVX-512 machine measured 6.214876174926758
+    vs 6.214876651763916 at step 7, equal elsewhere): reproduced on an Intel AVX-512 machine by
+    giving MKL its AVX2 code paths under torch's AVX-512 kernels (``MKL_ENABLE_INSTRUCTIONS=AVX2``,
+    what MKL takes on a non-Intel CPU). The two TP runs then train bit-identically (the losses
+    of steps 8-10 and every grad norm but step 8's are equal, so the weights never part); only
+    the reduction that reports step 7's loss (7.7e-8 relative) and step 8's grad norm rounds
+    otherwise. Which of its operands' layout or placement the wrapper's contiguous copies move
+    was not isolated (an SDPA and a batched matmul on contiguous vs strided q, at the TP=1 and
+    TP=2 local shapes, stay bit-equal on both MKL paths). Without TP, and with MKL's own
+    AVX-512 paths, the two runs are bit-equal at every step."""
     plain = require_trained(titan_runs.get(tensor_parallel(tier)))
     kernel = titan_runs.get(tensor_parallel(tier, kernel_rope=True))
     if not kernel.ok:

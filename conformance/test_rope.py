@@ -18,7 +18,7 @@ import json
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
@@ -335,11 +335,25 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item()
 
 
+# ``request`` is function-scoped and shared by the test's examples on purpose: each example
+# records the worst error so far on the test's node, and the report keeps the last (the
+# largest over every example), the figure the exactness benchmark prints per kernel path
+_RECORDS_ACROSS_EXAMPLES = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _record_worst(request, name: str, err: float) -> None:
+    worst = request.node.__dict__.setdefault("_worst_errors", {})
+    worst[name] = max(worst.get(name, 0.0), err)
+    request.node.user_properties.append((name, worst[name]))
+
+
 @given(data=st.data())
-def test_float32_parity_between_providers(tier, data):
+@_RECORDS_ACROSS_EXAMPLES
+def test_float32_parity_between_providers(tier, data, request):
     """float32: every pair of the tier's providers agrees on q and k, forward and backward
-    (gradients w.r.t. q and k): within provider_atol where both run on one device (0.0: the
-    write-up measured 0.0 for float32 inputs), and the device kernel against a host provider
+    (gradients w.r.t. q and k): within provider_atol where both run on one device (trn2 0.0: the
+    write-up measured 0.0 for float32 inputs on the device; cpu 2e-6: two providers' code, whose
+    multiply-add a CPU kernel path may fuse, see the tier profile), and the device kernel against a host provider
     within the vendor's own tolerance for that comparison; the cache gets no gradient."""
     problem = data.draw(rope_problems(shapes=tier.kernel_shapes), label="problem")
     q, k, cache, grads = _make(problem)
@@ -360,16 +374,19 @@ def test_float32_parity_between_providers(tier, data):
                        f"<= {tol} (nki-library's test_rope_hf.py)", tol, err, detail=f"problem: {json.dumps(problem)}")
                 continue
             err = _max_abs(x, y)
+            _record_worst(request, "max_abs_error: providers", err)
             expect(err <= atol, f"float32 parity {a} vs {b} on {name}: max abs error <= {atol}", atol, err,
                    detail=f"problem: {json.dumps(problem)}")
 
 
 @given(data=st.data())
-def test_kernel_matches_the_model_module(tier, data):
+@_RECORDS_ACROSS_EXAMPLES
+def test_kernel_matches_the_model_module(tier, data, request):
     """The kernel through the wrapper equals torchtitan's ``CosSinRoPE`` module as the model
     calls it (``rope(q, k, positions)``, autograd backward), both on the tier's device (on a
     Neuron tier both in the device worker: the write-up's 0.0 is "new vs old RoPE" on the
-    device), bit for bit in float32."""
+    device), within the tier's provider_atol in float32 (cpu: 2e-6, one rounding of the rotation's
+    multiply-add, which a kernel path may fuse; measured 0.0 on this machine's three paths)."""
     from fixtures.rank.kernels import model_rope  # torchtitan: see conformance/conftest.py
 
     problem = data.draw(rope_problems(shapes=tier.kernel_shapes, max_seq_blocks=2), label="problem")
@@ -392,6 +409,7 @@ def test_kernel_matches_the_model_module(tier, data):
     outs, _ = _forward_backward(provider, q, k, cache[positions], (gq, gk))
     for name, x, y in zip(("q_out", "k_out", "grad_q", "grad_k"), outs, module_out):
         err = _max_abs(x, y)
+        _record_worst(request, "max_abs_error: kernel vs CosSinRoPE", err)
         expect(err <= atol, f"{provider} vs torchtitan CosSinRoPE module on {tier.device_type} on {name}: "
                f"max abs error <= {atol}", atol, err, detail=f"problem: {json.dumps(problem)}")
 
@@ -484,7 +502,8 @@ def test_the_kernel_is_what_every_rank_ran(tier, titan_runs):
 def test_override_run_losses_match(tier, titan_runs, record_property):
     """Same seed, deterministic: the run with the kernel override has per-step losses and
     gradient norms equal to the same run without it within the tier's same_math_rtol (cpu:
-    0.0, bit for bit in fp32; trn2: the kernel rotates in bf16 where CosSinRoPE upcasts) and
+    1e-6, two fp32 computations equal in exact arithmetic; trn2: the kernel rotates in bf16 where
+    CosSinRoPE upcasts) and
     same_math_grad_rtol (cpu: 1e-6, the grad norms' last bits, see the tier profile)."""
     plain = require_trained(titan_runs.get(DENSE_NATIVE))
     kernel = require_trained(titan_runs.get(dense_native_kernel_rope(tier)))

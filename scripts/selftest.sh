@@ -8,7 +8,9 @@
 #      that stack's expectations file;
 #   3. the cpu tier on torchtitan main at b5bcd76c6 (.venv-titan-b5bcd76), a month past the
 #      fork's vintage: one contract per area (scripts/b5bcd76-sample.txt) after the config
-#      preflight, against that stack's own expectations file;
+#      preflight, against that stack's own expectations file; then the machine matrix: the
+#      contracts comparing two computations equal in exact arithmetic only
+#      (scripts/exactness-sample.txt) on the reference stack under another CPU kernel path;
 #   4. the Neuron dress rehearsal (the trn2 tier on CPU against stand-ins of the Neuron
 #      layer: CPU evidence only, never trn2 evidence), on the host REHEARSAL_HOST (default: an
 #      EKS pod given two NeuronCores), in the rehearsal environment
@@ -62,6 +64,17 @@ echo "selftest: the 5059f32c5 sample done after ${SECONDS} s"
   --report-dir reports/out/selftest-titan-b5bcd76 "$@"
 newer=$?
 echo "selftest: the b5bcd76c6 sample done after ${SECONDS} s"
+# The machine matrix beside the host matrix: the contracts that compare two computations equal
+# in exact arithmetic only (scripts/exactness-sample.txt), again under another machine's CPU
+# kernel paths (ATEN_CPU_CAPABILITY: AVX2, or the portable DEFAULT where AVX2 is this machine's
+# own); the kernel path keys every run, so they launch their own runs.
+own=$("$venv/bin/python" -c "import torch; print(torch.backends.cpu.get_cpu_capability())")
+other=avx2; if [ "$own" = AVX2 ]; then other=default; fi
+# shellcheck disable=SC2046
+ATEN_CPU_CAPABILITY=$other "$venv/bin/python" -m pytest $(grep -v '^#' scripts/exactness-sample.txt) -m cpu \
+  --report-dir "reports/out/selftest-$other" "$@"
+matrix=$?
+echo "selftest: the exactness contracts under ATEN_CPU_CAPABILITY=$other (this machine's own: $own) done after ${SECONDS} s"
 (
   export VIRTUAL_ENV="$PWD/$rehearsal_venv" PATH="$PWD/$rehearsal_venv/bin:$PATH"
   bash scripts/install-trn2.sh && bash scripts/trn2.sh --neuron-dress-rehearsal --rehearsal-host "$REHEARSAL_HOST" "$@" &&
@@ -70,9 +83,9 @@ echo "selftest: the b5bcd76c6 sample done after ${SECONDS} s"
 third=$?
 echo "selftest: the rehearsal and the trn2 upgrade rehearsal done after ${SECONDS} s"
 echo "selftest: meta tests exit ${meta}; cpu tier exit ${first}; the 5059f32c5 sample exit ${second};" \
-     "one contract per area on torchtitan b5bcd76c6 exit ${newer}; Neuron dress rehearsal and trn2 upgrade" \
-     "rehearsal exit ${third}"
-for status in "$meta" "$first" "$second" "$newer" "$third"; do
+     "one contract per area on torchtitan b5bcd76c6 exit ${newer}; the exactness contracts under $other kernels" \
+     "exit ${matrix}; Neuron dress rehearsal and trn2 upgrade rehearsal exit ${third}"
+for status in "$meta" "$first" "$second" "$newer" "$matrix" "$third"; do
   if [ "$status" -ne 0 ]; then exit "$status"; fi
 done
 exit 0
