@@ -39,6 +39,19 @@ def test_committed_baseline_is_this_stack(baseline):
     assert baseline["complete"] and baseline["contracts"]
 
 
+def test_committed_baseline_is_this_suites():
+    """The committed baselines were recorded by this suite: its assets' recipe (the tiny
+    checkpoints, tokenizer and dataset every cpu figure comes from). A change to what they
+    measure fails here until they are re-recorded (python -m reports.baseline REPORT_DIR);
+    before, the baseline of an earlier round's checkpoints listed 10 'new contracts' and its
+    step-1 losses as 'figures that moved'."""
+    from fixtures.data import assets
+
+    recorded = (json.loads(BASELINE.read_text()).get("suite") or {}).get("assets_recipe")
+    assert recorded == assets.recipe_key(), (
+        f"{BASELINE.name} was recorded with assets {recorded}, this suite builds {assets.recipe_key()}: re-record it")
+
+
 def test_gate_fails_on_version_drift(baseline):
     run = copy.deepcopy(baseline)
     run["inventory"]["packages"]["transformers"] = "5.24.0"

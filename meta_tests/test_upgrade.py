@@ -31,7 +31,7 @@ def _report(outcomes: dict[str, str], **extra) -> dict:
             c["message"] = "[XPASS(strict)] known deviation" if outcome == "xpassed" else "AssertionError"
         contracts.append(c)
     return {"complete": True, "session": "s", "stack_id": {"cpu": "cpu-torch2.14-titan0.3"},
-            "contracts": contracts, "runs": [], **extra}
+            "suite": {"assets_recipe": "recipe", "assets_files": "files"}, "contracts": contracts, "runs": [], **extra}
 
 
 CHANGES = [{"name": "transformers", "old": "5.23.0", "new": "5.24.0", "kind": "candidate"},
@@ -425,3 +425,18 @@ def test_a_failure_the_trusted_stack_shares_here_is_this_machines():
     assert result["passed"] and result["counts"]["fails with the trusted stack here"] == 1
     assert "this machine's, not the candidate's" in result["verdict"]
     assert "Failing on this machine with the trusted stack too" in upgrade_compare.render(result, title="t")
+
+
+def test_no_figure_is_compared_with_a_baseline_of_another_suite():
+    """A baseline recorded with other checkpoints measured other things: its step-1 losses
+    against this suite's are no 'figures that moved' (the committed baseline of an earlier round
+    once showed 6.250949 -> 6.262897 so)."""
+    base, cand = _report({"a": "passed"}), _report({"a": "passed"})
+    base["contracts"][0]["measured"] = {"step1_loss": 6.250949}
+    cand["contracts"][0]["measured"] = {"step1_loss": 6.262897}
+    assert upgrade_compare.compare(base, cand, CHANGES)["measured"]
+    base["suite"] = {"assets_recipe": "an earlier round's", "assets_files": "x"}
+    result = upgrade_compare.compare(base, cand, CHANGES)
+    assert result["measured"] == [] and "recorded by another suite" in result["other_suite"]
+    page = upgrade_compare.render(result, title="t")
+    assert "Not compared: the baseline was recorded by another suite" in page and "6.262897" not in page

@@ -25,6 +25,7 @@ from fixtures.session import session_state
 from fixtures.session.expectations import expectation_source, own_file_command, tier_stack_id
 from fixtures.runs.result import RunResult
 from fixtures.tiers.tier_profile import cpu_profile
+from fixtures.tiers import machine as machine_numerics
 from reports import bundle, gate, inventory, neuron_debug, summary
 from reports.layout import run_record_path
 from reports.redact import scrub_text
@@ -230,10 +231,34 @@ def machine(config: pytest.Config) -> dict:
                   if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
         else platform.processor()
     host = f"{model} x{psutil.cpu_count()}, {psutil.virtual_memory().total / 2**30:.0f} GiB"
+    # the numerics identity (fixtures.tiers.machine): the kernel paths the session's figures
+    # were computed on; a baseline of another key was computed on other paths
+    numerics = {"numerics": machine_numerics.describe(), "numerics_key": machine_numerics.key(),
+                "numerics_label": machine_numerics.label()}
     if trn2 is not None and trn2.instance:
         return {"name": f"{trn2.instance}" + (" (rehearsal on " + host + ")" if trn2.rehearsal else ""),
-                "instance": trn2.instance, "host": host}
-    return {"name": host, "host": host}
+                "instance": trn2.instance, "host": host, **numerics}
+    return {"name": host, "host": host, **numerics}
+
+
+def suite_identity(config: pytest.Config) -> dict:
+    """What the suite itself was when it measured: its assets' recipe and files (the tiny
+    checkpoints, tokenizer and dataset every cpu figure comes from), and its contract set. A
+    baseline of another suite measured other things: the gate and the upgrade page compare no
+    figure across it."""
+    import hashlib
+
+    from fixtures.data import assets
+
+    recipe = assets.recipe_key()
+    manifest = session_state.cache_root(config) / "assets" / recipe / "manifest.json"
+    files = json.loads(manifest.read_text())["files"] if manifest.is_file() else None
+    nodeids = sorted(config.stash[RECORDS])
+    return {"assets_recipe": recipe,
+            "assets_files": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+            if files else None,
+            "contracts": len(nodeids),
+            "contracts_digest": hashlib.sha256("\n".join(nodeids).encode()).hexdigest()[:16]}
 
 
 def _profiles(config: pytest.Config) -> dict:
@@ -284,6 +309,7 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
                                                       if r.get("tier")}),
         "rehearsal": session_state.is_rehearsal(config),
         "machine": machine(config),
+        "suite": suite_identity(config),
         "platform_profiles": _profiles(config),
         "not_covered": [n for n in session_state.not_covered(config)
                         if n["tier"] in {r["tier"] for r in config.stash[RECORDS].values()}],

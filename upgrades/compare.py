@@ -11,6 +11,7 @@ import json
 import re
 
 from fixtures.session.expectations import failed_differently
+from reports import gate
 
 GOOD = {"passed", "xfailed"}
 BAD = {"failed", "error", "xpassed"}
@@ -288,7 +289,8 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     contracts = [_contract_change(nodeid, base.get(nodeid), cand.get(nodeid))
                  for nodeid in sorted(set(base) | set(cand))]
     mark_outcomes_against_today(contracts, today)
-    measured, unchanged_figures, compared_figures = _figure_changes(base, cand)
+    other_suite = gate.other_suite(baseline, candidate)  # another suite measured other things
+    measured, unchanged_figures, compared_figures = ([], [], 0) if other_suite else _figure_changes(base, cand)
     runs_b, runs_c = _run_figures(baseline), _run_figures(candidate)
     runs = [{"run": name, "before": runs_b[name], "after": runs_c[name]}
             for name in sorted(set(runs_b) & set(runs_c))]
@@ -308,6 +310,7 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
         "baseline_session": baseline.get("session"),
         "today_session": (today or {}).get("session"),
         "figures_remeasured_today": remeasured,
+        "other_suite": other_suite,
         "baseline_stack": baseline.get("stack_id"),
         "candidate_stack": candidate.get("stack_id"),
         "versions": changes,
@@ -504,6 +507,8 @@ def _figures_section(result: dict) -> list[str]:
     """The measured figures against the trusted stack's."""
     lines: list[str] = []
     lines += ["## Figures that moved", ""]
+    if result.get("other_suite"):
+        return lines + [f"Not compared: {result['other_suite']}.", ""]
     if result.get("baseline_session"):
         lines.append(f"Compared with the trusted session `{result['baseline_session']}`"
                      + (f"; {result.get('figures_remeasured_today', 0)} of the moved figures re-measured by the "
