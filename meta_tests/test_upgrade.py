@@ -440,3 +440,34 @@ def test_no_figure_is_compared_with_a_baseline_of_another_suite():
     assert result["measured"] == [] and "recorded by another suite" in result["other_suite"]
     page = upgrade_compare.render(result, title="t")
     assert "Not compared: the baseline was recorded by another suite" in page and "6.262897" not in page
+
+
+def test_the_trusted_stack_is_asked_here_only_where_the_baseline_took_other_kernel_paths(monkeypatch, tmp_path):
+    """The upgrade check reruns, on the trusted stack here, only the contracts that newly fail
+    or whose figures moved and that today's trusted session did not run, and only when the
+    baseline's machine (its kernel paths) is not this one; a failure that session shares is
+    then this machine's."""
+    import argparse
+
+    from upgrades import check
+    from upgrades.stacks import STACKS
+
+    asked = []
+
+    def fake_run_suite(env, report_dir, selection):
+        asked.append(selection)
+        return _report({"tp": "failed"}, session="here")
+
+    monkeypatch.setattr(check, "run_suite", fake_run_suite)
+    args = argparse.Namespace(tier="cpu")
+    base = _report({"a": "passed", "tp": "passed", "x": "passed"}, machine={"numerics_key": "epyc"})
+    cand = _report({"a": "passed", "tp": "failed", "x": "passed"}, machine={"numerics_key": "xeon"})
+    today = _report({"x": "passed"}, session="cross-version")
+    result = upgrade_compare.compare(base, cand, CHANGES, today=today)
+    here = check.trusted_here(args, STACKS[check.DEFAULT_STACK], base, cand, result, tmp_path, today)
+    assert asked == [["tp", "-m", "cpu"]] and {c["nodeid"] for c in here["contracts"]} == {"x", "tp"}
+    again = upgrade_compare.compare(base, cand, CHANGES, today=here)
+    assert again["passed"] and again["counts"]["fails with the trusted stack here"] == 1
+    same = {**base, "machine": {"numerics_key": "xeon"}}
+    assert check.trusted_here(args, STACKS[check.DEFAULT_STACK], same, cand, result, tmp_path, today) is None
+    assert len(asked) == 1  # the same machine: nothing rerun, the candidate is judged as is

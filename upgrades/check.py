@@ -357,6 +357,34 @@ def _baseline(args, stack: Stack, env, out: Path, selection: list[str]):
     return json.loads(path.read_text()), path, extra, today
 
 
+def trusted_here(args, stack: Stack, baseline: dict, candidate: dict, result: dict, out: Path,
+                 today: dict | None) -> dict | None:
+    """Before blaming the candidate: where the baseline was recorded on another machine (its
+    kernel paths, ``fixtures.tiers.machine``) and contracts newly fail or figures moved, the
+    trusted stack runs those contracts, only those not already in today's trusted session
+    (``today``: ``--trusted-today``, or the cross-version contracts the upgrade runs anyway),
+    here. Returns today's session with these added, or None where nothing needs asking."""
+    if args.tier == "trn2":  # on trn2 the baseline is a trusted session run here
+        return None
+    key = lambda report: (report.get("machine") or {}).get("numerics_key")
+    if key(baseline) is not None and key(baseline) == key(candidate):
+        return None
+    covered = {c["nodeid"] for c in (today or {}).get("contracts", [])}
+    asked = [nodeid for nodeid in compare.suspects(result) if nodeid not in covered]
+    if not asked:
+        return None
+    where = (baseline.get("machine") or {}).get("numerics_label") or "an unrecorded machine"
+    say(f"upgrade: the baseline was recorded on {where}, this machine is "
+        f"{(candidate.get('machine') or {}).get('numerics_label', '?')}: the trusted stack runs the {len(asked)} "
+        "contract(s) that failed or moved, here, before the candidate is blamed")
+    trusted = candidate_env.CandidateEnv(stack=stack.name, pins=[], root=stack.venv.parent, venv=stack.venv)
+    here = run_suite(trusted, out / "trusted-here", [*asked, "-m", args.tier])
+    if today is None:
+        return here
+    return {**here, "contracts": [c for c in today["contracts"] if c["nodeid"] not in set(asked)] + here["contracts"],
+            "session": f"{today.get('session')} + {here.get('session')}"}
+
+
 def _place_paths(result: dict, baseline_path: Path, out: Path) -> None:
     """Bundle and baseline paths relative to the page's folder (or the repository)."""
     for entry in result["contracts"] + result["groups"]:
@@ -448,6 +476,10 @@ def main(argv: list[str] | None = None) -> int:
         ran = {c["nodeid"] for c in candidate["contracts"]}  # compare only what both ran
         baseline = {**baseline, "contracts": [c for c in baseline["contracts"] if c["nodeid"] in ran]}
     result = compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
+    here = trusted_here(args, stack, baseline, candidate, result, out, today)
+    if here is not None:  # asked the trusted stack on this machine: judge again with its answers
+        today = here
+        result = compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
     _place_paths(result, baseline_path, out)
     result.update(selection=selection, candidates=[c.to_json() for c in cands])
     _with_performance(result, performance_check(args, stack.venv / "bin" / "python", env, out, extra, selection))
