@@ -208,3 +208,15 @@ def test_a_session_report_is_read_back(tmp_path):
     launch = perf_compare.read_launch("candidate", tmp_path)
     assert launch.steady_times == (0.1, 0.2) and launch.peak_gib == 1.0 and launch.leak_outcome == "failed"
     assert perf_compare.read_launch("candidate", tmp_path / "absent").outcome == "no report"
+
+
+def test_an_inconclusive_real_change_is_not_called_noise():
+    """A peak 2.7% larger in every launch (interval [+2.6%, +3.0%] against a 3% threshold) is a
+    measured change whose size the launches cannot bound below the threshold: the page says so,
+    never "too noisy" (a new torch release's larger libraries read as noise before)."""
+    c = performance.Comparison("peak_memory_gib", 0.88, 0.904, 1.027, 1.026, 1.030 + 1e-3, 0.03, False, (3, 3))
+    assert c.inconclusive
+    text = perf_compare.inconclusive_reason(c)
+    assert "a real change" in text and "larger by 2.7%" in text and "too noisy" not in text
+    noisy = performance.Comparison("step_time_s", 0.09, 0.095, 1.05, 0.97, 1.2, 0.15, False, (3, 3))
+    assert "too noisy" in perf_compare.inconclusive_reason(noisy)

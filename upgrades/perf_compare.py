@@ -149,6 +149,18 @@ def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool
     return Verdict("+".join(words) or "PASS", [step, peak], leaks, [], accepted=bool(words) and accepted)
 
 
+def inconclusive_reason(c: performance.Comparison) -> str:
+    """What an inconclusive comparison actually shows: a change clear of no change whose
+    interval still reaches past the threshold is a measured change of uncertain size (the
+    estimate within the threshold), not noise; an interval spanning no change is noise."""
+    if c.low > 1:
+        return (f"{c.figure}: a real change ({c.change()}: the whole interval is beyond no change), its estimate "
+                f"within the {c.threshold:.0%} threshold but its interval reaching past it: the launches cannot "
+                "say whether it stays within")
+    return (f"{c.figure}: {c.change()}: the interval spans no change and reaches past the {c.threshold:.0%} "
+            "threshold: these launches are too noisy to say the candidate is within it")
+
+
 def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Launch]) -> list[str]:
     """The upgrade page's performance section."""
     head = f"## Performance: {verdict.verdict}"
@@ -170,9 +182,9 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
         lines += ["These launches measured nothing a verdict can rest on (below): NOT MEASURED is never a "
                   "pass, and fails the check unless accepted with `--accept-performance`.", ""]
     if verdict.verdict == "INCONCLUSIVE":
-        lines += ["The intervals reach beyond the threshold without clearing no change: these launches are "
-                  "too noisy to say the candidate is within it. Rerun with more launches "
-                  "(`--performance-launches 5`) on a quiet machine, or accept with `--accept-performance`.", ""]
+        lines += [f"- {inconclusive_reason(c)}" for c in verdict.comparisons if c.inconclusive]
+        lines += ["", "Rerun with more launches (`--performance-launches 5`) on a quiet machine, or accept with "
+                  "`--accept-performance`.", ""]
     lines += [f"- leak: {leak}" for leak in verdict.leaks]
     lines += [f"- not measured: {p}" for p in verdict.problems]
     lines += ["", "Sessions: " + ", ".join(f"`perf/{l.report_dir.name}`" for l in launches), ""]
