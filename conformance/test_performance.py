@@ -44,8 +44,7 @@ def test_steady_state_is_reached_and_measured(tier, titan_runs, record_property)
     expect(len(figures) == run.world_size, "every rank logged its steps", run.world_size, len(figures), run)
     capacity = tier.device_memory_bytes / 2**30 if tier.device_memory_bytes else None
     recorded = {"run": run.spec.describe(), "compile_cache": run.compile_cache(),
-                "warmup_rule": f"step 1, then the last first-half step over {performance.WARMUP_FACTOR}x "
-                               "the second half's median", "ranks": {}}
+                "warmup_rule": performance.WARMUP_RULE, "ranks": {}}
     for rank, fig in sorted(figures.items()):
         recorded["ranks"][rank] = fig.to_json()
         if capacity:

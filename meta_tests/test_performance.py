@@ -220,3 +220,14 @@ def test_an_inconclusive_real_change_is_not_called_noise():
     assert "a real change" in text and "larger by 2.7%" in text and "too noisy" not in text
     noisy = performance.Comparison("step_time_s", 0.09, 0.095, 1.05, 0.97, 1.2, 0.15, False, (3, 3))
     assert "too noisy" in perf_compare.inconclusive_reason(noisy)
+
+
+def test_the_recorded_warm_up_rule_is_the_codes():
+    """report.json's warm-up rule says what warmup_length does: settling steps while the next
+    window's median is above the factor, and a first-half compile spike (before, it said 'the
+    last first-half step over 1.5x', which the code never applied)."""
+    m = 0.1
+    settling = [5.0, 0.2, 0.2, 0.2, 0.2, 0.2] + [m] * 20
+    assert performance.warmup_length(settling) == 4 and "median of the next 5 steps" in performance.WARMUP_RULE
+    spike = [5.0] + [m] * 4 + [2.0] + [m] * 20  # a compile at step 6: 20x the median
+    assert performance.warmup_length(spike) == 6 and "first-half step above 10.0x m" in performance.WARMUP_RULE
