@@ -231,3 +231,16 @@ def test_the_recorded_warm_up_rule_is_the_codes():
     assert performance.warmup_length(settling) == 4 and "median of the next 5 steps" in performance.WARMUP_RULE
     spike = [5.0] + [m] * 4 + [2.0] + [m] * 20  # a compile at step 6: 20x the median
     assert performance.warmup_length(spike) == 6 and "first-half step above 10.0x m" in performance.WARMUP_RULE
+
+
+def test_a_launchs_step_time_is_its_slowest_ranks(tmp_path):
+    """Every step waits for the slowest rank: a candidate whose rank 1 is 30% slower is SLOWER
+    even where rank 0 is not (before, only rank 0's steps were read), and the page names it."""
+    base, same = _a_a(tmp_path)
+    slow_rank = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in (1, 3, 5)]
+    for launch in slow_rank:
+        launch.figures["ranks"]["1"] = _rank([t * 1.3 for t in SERIES[1]["steady_times"]], 0.87, 0.05)
+    assert {l.slowest_rank for l in slow_rank} == {"1"}
+    verdict = perf_compare.judge(base + slow_rank, POLICY)
+    assert verdict.verdict == "SLOWER", verdict.comparisons[0]
+    assert "`perf/candidate-1` rank 1" in "\n".join(perf_compare.render(verdict, POLICY, base + slow_rank))

@@ -18,6 +18,7 @@ spread of interleaved launches, which it does not model.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +40,17 @@ class Launch:
     leak_outcome: str | None = None
 
     @property
+    def slowest_rank(self) -> str | None:
+        """The rank whose median steady step is longest: in synchronous training every step
+        waits for it, so it is the launch's step time (rank 0 alone hid a slow rank)."""
+        ranks = (self.figures or {}).get("ranks") or {}
+        timed = {r: statistics.median(f["steady_times"]) for r, f in ranks.items() if f.get("steady_times")}
+        return max(sorted(timed), key=lambda r: timed[r]) if timed else None
+
+    @property
     def steady_times(self) -> tuple[float, ...]:
-        return tuple((self.figures or {}).get("ranks", {}).get("0", {}).get("steady_times", ()))
+        rank = self.slowest_rank
+        return tuple(self.figures["ranks"][rank]["steady_times"]) if rank is not None else ()
 
     @property
     def peak_gib(self) -> float:
@@ -187,5 +197,6 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
                   "`--accept-performance`.", ""]
     lines += [f"- leak: {leak}" for leak in verdict.leaks]
     lines += [f"- not measured: {p}" for p in verdict.problems]
-    lines += ["", "Sessions: " + ", ".join(f"`perf/{l.report_dir.name}`" for l in launches), ""]
+    lines += ["", "Sessions (the slowest rank's steady steps, whose median each launch's step time is): "
+              + ", ".join(f"`perf/{l.report_dir.name}` rank {l.slowest_rank}" for l in launches), ""]
     return lines
