@@ -244,3 +244,31 @@ def test_a_launchs_step_time_is_its_slowest_ranks(tmp_path):
     verdict = perf_compare.judge(base + slow_rank, POLICY)
     assert verdict.verdict == "SLOWER", verdict.comparisons[0]
     assert "`perf/candidate-1` rank 1" in "\n".join(perf_compare.render(verdict, POLICY, base + slow_rank))
+
+
+def test_a_busy_machine_makes_the_verdict_inconclusive_with_the_reason(tmp_path):
+    """A launch during which other processes took a quarter of the CPU time is timed on another
+    machine than its pair: INCONCLUSIVE, with the session named, never a PASS or SLOWER on it."""
+    base, same = _a_a(tmp_path)
+    for launch in base + same:
+        launch.machine_load = {"others_fraction": 0.01, "steal_fraction": 0.0}
+    assert perf_compare.judge(base + same, POLICY).verdict == "PASS"
+    same[1].machine_load = {"others_fraction": 0.25, "steal_fraction": 0.0}
+    verdict = perf_compare.judge(base + same, POLICY)
+    assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed
+    assert verdict.problems == [f"candidate session {same[1].report_dir.name}: other processes used 25% of the "
+                                "machine's CPU time (bound 10%)"]
+    assert "a busy machine: candidate session" in "\n".join(perf_compare.render(verdict, POLICY, base + same))
+    same[1].machine_load = {"others_fraction": 0.0, "steal_fraction": 0.2}
+    assert "stole 20%" in perf_compare.judge(base + same, POLICY).problems[0]
+
+
+def test_the_machine_load_around_a_session_is_measured():
+    load = perf_compare.MachineLoad()
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", "sum(range(3_000_000))"], check=True)
+    figures = load.during()
+    assert set(figures) == {"wall_s", "others_fraction", "steal_fraction", "loadavg_1m_end"}
+    assert 0 <= figures["others_fraction"] <= 1 and figures["steal_fraction"] >= 0

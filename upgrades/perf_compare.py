@@ -18,10 +18,15 @@ spread of interleaved launches, which it does not model.
 from __future__ import annotations
 
 import json
+import os
+import resource
 import statistics
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from fixtures.oracles import performance
 
@@ -38,6 +43,7 @@ class Launch:
     figures: dict | None  # the contract's measured.performance, None when it did not run
     outcome: str
     leak_outcome: str | None = None
+    machine_load: dict | None = None  # MachineLoad.during's figures, where the session was watched
 
     @property
     def slowest_rank(self) -> str | None:
@@ -78,6 +84,44 @@ def read_launch(stack: str, report_dir: Path) -> Launch:
     return Launch(stack, report_dir, figures, outcome, leak)
 
 
+# A session's own processes may use every core; beyond that, CPU time taken by other processes
+# (or stolen by the hypervisor) above these fractions of the machine makes its step times
+# another machine's: the verdict is INCONCLUSIVE, never SLOWER or PASS on them.
+BUSY_OTHERS = 0.10
+BUSY_STEAL = 0.05
+
+
+class MachineLoad:
+    """CPU time of the whole machine, of this process's children (the session) and stolen,
+    around one session: what else ran while it was timed."""
+
+    def __init__(self):
+        self.cpu, self.children = psutil.cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.start = time.monotonic()
+
+    def during(self) -> dict:
+        after, children = psutil.cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        capacity = max(time.monotonic() - self.start, 1e-9) * (psutil.cpu_count() or 1)
+        busy = lambda t: sum(getattr(t, f) for f in ("user", "system", "nice", "irq", "softirq") if hasattr(t, f))
+        own = (children.ru_utime - self.children.ru_utime) + (children.ru_stime - self.children.ru_stime)
+        steal = getattr(after, "steal", 0.0) - getattr(self.cpu, "steal", 0.0)
+        return {"wall_s": round(time.monotonic() - self.start, 1),
+                "others_fraction": round(max(busy(after) - busy(self.cpu) - own, 0.0) / capacity, 3),
+                "steal_fraction": round(steal / capacity, 3), "loadavg_1m_end": round(os.getloadavg()[0], 2)}
+
+
+def busy(launch: Launch) -> str | None:
+    """Why a launch's machine was busy (others' CPU time, or steal), or None."""
+    load = launch.machine_load or {}
+    if load.get("others_fraction", 0) > BUSY_OTHERS:
+        return (f"{launch.stack} session {launch.report_dir.name}: other processes used "
+                f"{load['others_fraction']:.0%} of the machine's CPU time (bound {BUSY_OTHERS:.0%})")
+    if load.get("steal_fraction", 0) > BUSY_STEAL:
+        return (f"{launch.stack} session {launch.report_dir.name}: the hypervisor stole "
+                f"{load['steal_fraction']:.0%} of the CPU time (bound {BUSY_STEAL:.0%})")
+    return None
+
+
 def session_command(python: Path, tier: str, report_dir: Path, extra: list[str]) -> list[str]:
     return [str(python), "-m", "pytest", "conformance/test_performance.py", "-q", "-m", f"{tier} and perf",
             "--fresh-runs", "--report-dir", str(report_dir), *extra]
@@ -93,9 +137,12 @@ def interleaved(trusted_python: Path, candidate_python: Path, out: Path, launche
                                      ("candidate", candidate_python, candidate_extra)):
             report_dir = out / f"{stack}-{index + 1}"
             say(f"performance: {stack} session {index + 1} of {launches}")
+            load = MachineLoad()
             subprocess.run(session_command(python, tier, report_dir, list(extra)), cwd=cwd,
                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-            done.append(read_launch(stack, report_dir))
+            launch = read_launch(stack, report_dir)
+            launch.machine_load = load.during()
+            done.append(launch)
     return done
 
 
@@ -156,7 +203,10 @@ def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool
     words = [w for w, bad in (("SLOWER", step.flagged), ("LARGER", peak.flagged), ("LEAKING", bool(leaks))) if bad]
     if not words and (step.inconclusive or peak.inconclusive):
         words = ["INCONCLUSIVE"]
-    return Verdict("+".join(words) or "PASS", [step, peak], leaks, [], accepted=bool(words) and accepted)
+    busy_launches = [why for l in launches if (why := busy(l))]
+    if busy_launches and "LARGER" not in words and "LEAKING" not in words:  # memory does not depend on a busy CPU
+        words = ["INCONCLUSIVE"]
+    return Verdict("+".join(words) or "PASS", [step, peak], leaks, busy_launches, accepted=bool(words) and accepted)
 
 
 def inconclusive_reason(c: performance.Comparison) -> str:
@@ -196,7 +246,8 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
         lines += ["", "Rerun with more launches (`--performance-launches 5`) on a quiet machine, or accept with "
                   "`--accept-performance`.", ""]
     lines += [f"- leak: {leak}" for leak in verdict.leaks]
-    lines += [f"- not measured: {p}" for p in verdict.problems]
+    lines += [f"- {'not measured' if verdict.verdict == 'NOT MEASURED' else 'a busy machine'}: {p}"
+              for p in verdict.problems]
     lines += ["", "Sessions (the slowest rank's steady steps, whose median each launch's step time is): "
               + ", ".join(f"`perf/{l.report_dir.name}` rank {l.slowest_rank}" for l in launches), ""]
     return lines
