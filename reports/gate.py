@@ -171,7 +171,8 @@ def performance_against(baseline: dict, run: dict) -> list[str]:
         return ["the baseline has no performance figures"]
     def where(report: dict) -> str:
         m = report.get("machine") or {}
-        return f"{m.get('name', 'an unrecorded machine')} ({m.get('numerics_label', 'kernel paths not recorded')})"
+        neuron = f", Neuron {m['neuron_versions']}" if m.get("neuron_versions") else ""
+        return f"{m.get('name', 'an unrecorded machine')} ({m.get('numerics_label', 'kernel paths not recorded')}{neuron})"
 
     if where(baseline) != where(run):
         return [f"not compared: the baseline was measured on {where(baseline)}, this session on {where(run)}: "

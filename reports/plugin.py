@@ -26,6 +26,7 @@ from fixtures.session.expectations import expectation_source, own_file_command, 
 from fixtures.runs.result import RunResult
 from fixtures.tiers.tier_profile import cpu_profile
 from fixtures.tiers import machine as machine_numerics
+from fixtures.tiers import stack
 from reports import bundle, gate, inventory, neuron_debug, summary
 from reports.layout import run_record_path
 from reports.redact import scrub_text
@@ -236,8 +237,13 @@ def machine(config: pytest.Config) -> dict:
     numerics = {"numerics": machine_numerics.describe(), "numerics_key": machine_numerics.key(),
                 "numerics_label": machine_numerics.label()}
     if trn2 is not None and trn2.instance:
-        return {"name": f"{trn2.instance}" + (" (rehearsal on " + host + ")" if trn2.rehearsal else ""),
-                "instance": trn2.instance, "host": host, **numerics}
+        # what a trn2 figure also depends on: the LNC, the cores the session was given, the
+        # Neuron runtime's and driver's versions (a figure of another of these is another machine's)
+        neuron = {"lnc": trn2.lnc, "cores": f"{trn2.first_core}-{trn2.first_core + trn2.nproc_per_node - 1}",
+                  "neuron_versions": {**stack.deb_versions(), "driver": stack.neuron_driver_version()}}
+        return {"name": f"{trn2.instance} LNC={trn2.lnc} cores {neuron['cores']}"
+                        + (" (rehearsal on " + host + ")" if trn2.rehearsal else ""),
+                "instance": trn2.instance, "host": host, **neuron, **numerics}
     return {"name": host, "host": host, **numerics}
 
 
