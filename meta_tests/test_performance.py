@@ -59,33 +59,37 @@ def _launches(indices, scale=1.0):
 
 
 def test_the_recorded_a_a_sessions_never_flag():
-    """Every interleaved 3-against-3 split of the 8 recorded sessions of one stack: no flag."""
-    for picked in itertools.islice(itertools.combinations(range(len(SERIES)), 6), 0, None, 4):
-        trusted, candidate = picked[0::2], picked[1::2]
-        step = performance.compare_step_times(_launches(trusted), _launches(candidate), CPU_PERF.slower_than,
-                                              resamples=200)
-        assert not step.flagged and not step.inconclusive, step
+    """Every 4-against-4 split of the 8 recorded sessions of one stack, both ways: no flag, and
+    few inconclusive (they add launches in the upgrade check, benchmarks/perf_power.py measures
+    the rate)."""
+    inconclusive = 0
+    splits = [(t, tuple(i for i in range(8) if i not in t)) for t in itertools.combinations(range(8), 4)]
+    for trusted, candidate in splits:
+        step = performance.compare_step_times(_launches(trusted), _launches(candidate), CPU_PERF.slower_than)
+        assert not step.flagged, step
+        inconclusive += step.inconclusive
         peak = performance.compare_peaks([SERIES[i]["peak_gib"] for i in trusted],
                                          [SERIES[i]["peak_gib"] for i in candidate], CPU_PERF.larger_than)
         assert not peak.flagged and not peak.inconclusive, peak
+    assert inconclusive <= 0.2 * len(splits), inconclusive
 
 
 def test_a_thirty_percent_slowdown_is_flagged_with_its_interval():
     step = performance.compare_step_times(_launches([0, 2, 4]), _launches([1, 3, 5], scale=1.3),
-                                          CPU_PERF.slower_than, resamples=300)
+                                          CPU_PERF.slower_than)
     assert step.flagged and 1.15 < step.ratio < 1.45 and step.low > 1.0 and step.high > step.ratio
     assert step.change().startswith("slower by ") and "interval [+" in step.change()
 
 
 def test_a_slowdown_within_the_threshold_is_not_flagged():
     step = performance.compare_step_times(_launches([0, 2, 4]), _launches([1, 3, 5], scale=1.08),
-                                          CPU_PERF.slower_than, resamples=300)
+                                          CPU_PERF.slower_than)
     assert not step.flagged
 
 
 def test_the_interval_is_the_same_for_the_same_figures():
-    a = performance.compare_step_times(_launches([0, 2]), _launches([1, 3]), 0.1, resamples=200)
-    b = performance.compare_step_times(_launches([0, 2]), _launches([1, 3]), 0.1, resamples=200)
+    a = performance.compare_step_times(_launches([0, 2]), _launches([1, 3]), 0.1)
+    b = performance.compare_step_times(_launches([0, 2]), _launches([1, 3]), 0.1)
     assert (a.low, a.high) == (b.low, b.high)
 
 
@@ -102,23 +106,22 @@ def _launch(tmp_path, stack, name, times, peak, growth=0.05, outcome="passed"):
 
 
 def test_verdicts(tmp_path):
-    policy = PerfPolicy(slower_than=0.1, larger_than=0.03, leak_mib_per_step=0.5, why="test")
-    base = [_launch(tmp_path, "trusted", f"trusted-{i}", SERIES[i]["steady_times"], 0.88) for i in (0, 2, 4)]
-    same = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in (1, 3, 5)]
+    policy = PerfPolicy(slower_than=0.15, larger_than=0.03, leak_mib_per_step=0.5, why="test")
+    base, same = _a_a(tmp_path)
     assert perf_compare.judge(base + same, policy).verdict == "PASS"
     slow = [_launch(tmp_path, "candidate", f"candidate-{i}", [t * 1.25 for t in SERIES[i]["steady_times"]], 0.88)
-            for i in (1, 3, 5)]
+            for i in A_A[1]]
     verdict = perf_compare.judge(base + slow, policy)
     assert verdict.verdict == "SLOWER" and not verdict.passed
     assert perf_compare.judge(base + slow, policy, accepted=True).passed
     leak = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 1.2, growth=2.0)
-            for i in (1, 3, 5)]
+            for i in A_A[1]]
     verdict = perf_compare.judge(base + leak, policy)
-    assert verdict.verdict == "LARGER+LEAKING" and len(verdict.leaks) == 3
+    assert verdict.verdict == "LARGER+LEAKING" and len(verdict.leaks) == 4
     page = "\n".join(perf_compare.render(verdict, policy, base + leak))
     assert "## Performance: LARGER+LEAKING" in page and "larger by" in page and "2.000 MiB per steady step" in page
     noisy = [_launch(tmp_path, "candidate", "candidate-1", [t * 1.6 for t in SERIES[1]["steady_times"]], 0.88),
-             *same[1:]]  # one of three launches 60% slower: not clear of the noise, not within the threshold
+             *same[1:]]  # one of four launches 60% slower: not clear of the noise, not within the threshold
     verdict = perf_compare.judge(base + noisy, policy)
     assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed, verdict.comparisons[0]
     assert "too noisy" in "\n".join(perf_compare.render(verdict, policy, base + noisy))
@@ -127,19 +130,22 @@ def test_verdicts(tmp_path):
     assert verdict.verdict == "NOT MEASURED" and "the performance contract failed" in verdict.problems[0]
 
 
+A_A = ((0, 2, 4, 6), (1, 3, 5, 7))  # the recorded sessions, alternately as trusted and candidate
+
+
 def _a_a(tmp_path):
-    base = [_launch(tmp_path, "trusted", f"trusted-{i}", SERIES[i]["steady_times"], 0.88) for i in (0, 2, 4)]
-    same = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in (1, 3, 5)]
+    base = [_launch(tmp_path, "trusted", f"trusted-{i}", SERIES[i]["steady_times"], 0.88) for i in A_A[0]]
+    same = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in A_A[1]]
     return base, same
 
 
-POLICY = PerfPolicy(slower_than=0.1, larger_than=0.03, leak_mib_per_step=0.5, why="test")
+POLICY = PerfPolicy(slower_than=0.15, larger_than=0.03, leak_mib_per_step=0.5, why="test")
 
 
 def test_every_candidate_step_time_nan_is_not_measured(tmp_path):
     """A renamed torchtitan metric: every step time NaN. Before: PASS (NaN compares false)."""
     base, _ = _a_a(tmp_path)
-    nan = [_launch(tmp_path, "candidate", f"candidate-{i}", [float("nan")] * 20, 0.88) for i in (1, 3, 5)]
+    nan = [_launch(tmp_path, "candidate", f"candidate-{i}", [float("nan")] * 20, 0.88) for i in A_A[1]]
     for launch in nan:
         launch.figures["ranks"]["0"]["step_time_s"] = float("nan")
     verdict = perf_compare.judge(base + nan, POLICY)
@@ -158,10 +164,10 @@ def test_memory_of_minus_one_on_both_stacks_is_not_measured(tmp_path):
             rank["peak_memory_gib"] = -1.0
     verdict = perf_compare.judge(base + same, POLICY)
     assert verdict.verdict == "NOT MEASURED" and not verdict.passed
-    assert sum("peak_memory_gib=-1.0" in p for p in verdict.problems) == 12  # every rank, both stacks
+    assert sum("peak_memory_gib=-1.0" in p for p in verdict.problems) == 12  # every rank, both stacks (3 launches each here)
 
 
-def test_a_failed_contract_in_one_launch_against_three_is_not_measured(tmp_path):
+def test_a_failed_contract_in_one_launch_against_several_is_not_measured(tmp_path):
     """The candidate's performance contract failed in its one launch, against three trusted
     ones, its figures still recorded. Before: PASS with no problem listed."""
     base, same = _a_a(tmp_path)
@@ -169,11 +175,11 @@ def test_a_failed_contract_in_one_launch_against_three_is_not_measured(tmp_path)
     verdict = perf_compare.judge(base + one, POLICY)
     assert verdict.verdict == "NOT MEASURED" and not verdict.passed
     assert any("the performance contract failed" in p for p in verdict.problems)
-    assert any("unequal launch counts: 3 trusted against 1 candidate" in p for p in verdict.problems)
+    assert any("unequal launch counts: 4 trusted against 1 candidate" in p for p in verdict.problems)
     # each cause alone is enough: unequal counts of passing launches, a failed contract among equal counts
     assert perf_compare.judge(base + same[:1], POLICY).verdict == "NOT MEASURED"
-    failed = [same[0], same[1], _launch(tmp_path, "candidate", "candidate-5", SERIES[5]["steady_times"], 0.88,
-                                        outcome="failed")]
+    failed = [*same[:3], _launch(tmp_path, "candidate", "candidate-5", SERIES[5]["steady_times"], 0.88,
+                                 outcome="failed")]
     assert perf_compare.judge(base + failed, POLICY).problems == ["candidate session candidate-5: the performance "
                                                                   "contract failed"]
     assert perf_compare.judge(base + one, POLICY, accepted=True).passed  # accepted, and still named
@@ -237,13 +243,13 @@ def test_a_launchs_step_time_is_its_slowest_ranks(tmp_path):
     """Every step waits for the slowest rank: a candidate whose rank 1 is 30% slower is SLOWER
     even where rank 0 is not (before, only rank 0's steps were read), and the page names it."""
     base, same = _a_a(tmp_path)
-    slow_rank = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in (1, 3, 5)]
+    slow_rank = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in A_A[1]]
     for launch in slow_rank:
         launch.figures["ranks"]["1"] = _rank([t * 1.3 for t in SERIES[1]["steady_times"]], 0.87, 0.05)
     assert {l.slowest_rank for l in slow_rank} == {"1"}
     verdict = perf_compare.judge(base + slow_rank, POLICY)
     assert verdict.verdict == "SLOWER", verdict.comparisons[0]
-    assert "`perf/candidate-1` rank 1" in "\n".join(perf_compare.render(verdict, POLICY, base + slow_rank))
+    assert "| `perf/candidate-1` | candidate | 1 |" in "\n".join(perf_compare.render(verdict, POLICY, base + slow_rank))
 
 
 def test_a_busy_machine_makes_the_verdict_inconclusive_with_the_reason(tmp_path):
@@ -272,3 +278,16 @@ def test_the_machine_load_around_a_session_is_measured():
     figures = load.during()
     assert set(figures) == {"wall_s", "others_fraction", "steal_fraction", "loadavg_1m_end"}
     assert 0 <= figures["others_fraction"] <= 1 and figures["steal_fraction"] >= 0
+
+
+def test_sessions_run_in_abba_order_and_more_pairs_extend_the_series(tmp_path, monkeypatch):
+    """Pairs alternate which stack goes first (ABBA), and an inconclusive check's extra pair is
+    numbered after the first ones: the same series, never a new one."""
+    ran = []
+    monkeypatch.setattr(perf_compare.subprocess, "run", lambda cmd, **kw: ran.append(cmd[cmd.index("--report-dir") + 1]))
+    first = perf_compare.interleaved(Path("t"), Path("c"), tmp_path, 2, say=lambda _: None)
+    more = perf_compare.interleaved(Path("t"), Path("c"), tmp_path, 1, say=lambda _: None, start=2)
+    assert [Path(r).name for r in ran] == ["trusted-1", "candidate-1", "candidate-2", "trusted-2", "trusted-3",
+                                           "candidate-3"]
+    assert [l.stack for l in first + more] == ["trusted", "candidate", "candidate", "trusted", "trusted", "candidate"]
+    assert all(l.outcome == "no report" and l.machine_load is not None for l in first + more)

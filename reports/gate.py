@@ -186,7 +186,7 @@ def performance_against(baseline: dict, run: dict) -> list[str]:
         b, a = before[nodeid]["ranks"].get("0"), after[nodeid]["ranks"].get("0")
         if not (b and a and b.get("steady_times") and a.get("steady_times")):
             continue
-        step = performance.compare_step_times([tuple(b["steady_times"])], [tuple(a["steady_times"])], 0.0)
+        step = performance.compare_step_times_one_launch(tuple(b["steady_times"]), tuple(a["steady_times"]))
         lines.append(f"{nodeid}: steady step {step.change()}, peak memory {b['peak_memory_gib']:.4g} -> "
                      f"{a['peak_memory_gib']:.4g} GiB (one launch each: the launch-to-launch noise is not in "
                      "this interval; the upgrade check judges)")

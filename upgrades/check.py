@@ -201,9 +201,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "the checkout: a move the trusted stack shows today is not the candidate's); "
                              "without it, the figures of the trusted stack's cross-version session, which the "
                              "upgrade runs anyway, are used")
-    parser.add_argument("--performance-launches", type=int, default=3, metavar="N",
-                        help="performance sessions of each stack, interleaved trusted/candidate (upgrades.perf_compare); "
+    parser.add_argument("--performance-launches", type=int, default=5, metavar="N",
+                        help="performance sessions of each stack, in ABBA order (upgrades.perf_compare); "
                              "0: no performance check (the page says so)")
+    parser.add_argument("--performance-max-launches", type=int, default=9, metavar="N",
+                        help="an INCONCLUSIVE verdict adds one pair at a time to the same series, up to N a side")
     parser.add_argument("--accept-performance", action="store_true",
                         help="a SLOWER/LARGER/LEAKING performance verdict does not fail the upgrade; the page records it")
     parser.add_argument("--candidate-matrix", type=Path, default=None, metavar="FILE",
@@ -260,10 +262,16 @@ def performance_check(args, trusted_python: Path, env, out: Path, candidate_extr
                 "lines": ["## Performance: NOT MEASURED (accepted: the user asked for `--performance-launches 0`)",
                           "", "Step time and memory were not compared; this page says nothing about them.", ""]}
     rehearsal = [a for a in selection if a == "--neuron-dress-rehearsal"]
-    launches = perf_compare.interleaved(trusted_python, env.python, out / "perf", args.performance_launches,
-                                        tier=args.tier, trusted_extra=rehearsal,
-                                        candidate_extra=rehearsal + candidate_extra, cwd=REPO, say=say)
+    run = lambda pairs, start: perf_compare.interleaved(
+        trusted_python, env.python, out / "perf", pairs, tier=args.tier, trusted_extra=rehearsal,
+        candidate_extra=rehearsal + candidate_extra, cwd=REPO, say=say, start=start)
+    launches = run(args.performance_launches, 0)
     verdict = perf_compare.judge(launches, policy, accepted=args.accept_performance)
+    # INCONCLUSIVE adds pairs to the same series (never starts over) up to the cap
+    while verdict.verdict == "INCONCLUSIVE" and len(launches) // 2 < args.performance_max_launches:
+        say(f"upgrade: performance INCONCLUSIVE after {len(launches) // 2} launches a side: one more pair")
+        launches += run(1, len(launches) // 2)
+        verdict = perf_compare.judge(launches, policy, accepted=args.accept_performance)
     say(f"upgrade: performance {verdict.verdict}" + "".join(f"; {c.figure} {c.change()}" for c in verdict.comparisons))
     return {**verdict.to_json(), "lines": perf_compare.render(verdict, policy, launches)}
 

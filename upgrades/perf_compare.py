@@ -127,16 +127,24 @@ def session_command(python: Path, tier: str, report_dir: Path, extra: list[str])
             "--fresh-runs", "--report-dir", str(report_dir), *extra]
 
 
+def abba(index: int) -> tuple[str, str]:
+    """The order of the pair of sessions ``index``: trusted first in even pairs, candidate first
+    in odd ones (ABBA), so a drift of the machine over the check falls on both stacks alike."""
+    return ("trusted", "candidate") if index % 2 == 0 else ("candidate", "trusted")
+
+
 def interleaved(trusted_python: Path, candidate_python: Path, out: Path, launches: int, tier: str = "cpu",
                 trusted_extra: list[str] = (), candidate_extra: list[str] = (), cwd: Path | None = None,
-                say=print) -> list[Launch]:
-    """``launches`` sessions of each stack, alternating, trusted first."""
+                say=print, start: int = 0) -> list[Launch]:
+    """``launches`` pairs of sessions, one of each stack per pair in ABBA order, numbered from
+    ``start + 1`` (an inconclusive check adds pairs to the same series)."""
     done = []
-    for index in range(launches):
-        for stack, python, extra in (("trusted", trusted_python, trusted_extra),
-                                     ("candidate", candidate_python, candidate_extra)):
+    pythons = {"trusted": (trusted_python, trusted_extra), "candidate": (candidate_python, candidate_extra)}
+    for index in range(start, start + launches):
+        for stack in abba(index):
+            python, extra = pythons[stack]
             report_dir = out / f"{stack}-{index + 1}"
-            say(f"performance: {stack} session {index + 1} of {launches}")
+            say(f"performance: {stack} session {index + 1} (of {start + launches} so far)")
             load = MachineLoad()
             subprocess.run(session_command(python, tier, report_dir, list(extra)), cwd=cwd,
                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -248,6 +256,12 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
     lines += [f"- leak: {leak}" for leak in verdict.leaks]
     lines += [f"- {'not measured' if verdict.verdict == 'NOT MEASURED' else 'a busy machine'}: {p}"
               for p in verdict.problems]
-    lines += ["", "Sessions (the slowest rank's steady steps, whose median each launch's step time is): "
-              + ", ".join(f"`perf/{l.report_dir.name}` rank {l.slowest_rank}" for l in launches), ""]
+    lines += ["", "Each session's step time (the median of its slowest rank's steady steps), in launch order:", "",
+              "| session | stack | slowest rank | median step s | others' CPU | steal |", "|---|---|---|---|---|---|"]
+    for l in launches:
+        median = f"{statistics.median(l.steady_times):.4f}" if l.steady_times else "-"
+        load = l.machine_load or {}
+        lines.append(f"| `perf/{l.report_dir.name}` | {l.stack} | {l.slowest_rank} | {median} | "
+                     f"{load.get('others_fraction', '-')} | {load.get('steal_fraction', '-')} |")
+    lines.append("")
     return lines
