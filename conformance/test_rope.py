@@ -18,7 +18,7 @@ import json
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
@@ -335,10 +335,10 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item()
 
 
-# ``request`` is function-scoped and shared by the test's examples on purpose: each example
-# records the worst error so far on the test's node, and the report keeps the last (the
-# largest over every example), the figure the exactness benchmark prints per kernel path
-_RECORDS_ACROSS_EXAMPLES = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+# ``request`` is function-scoped and shared by the test's examples on purpose (the suite's
+# Hypothesis profiles allow it): each example records the worst error so far on the test's
+# node, and the report keeps the last (the largest over every example), the figure the
+# exactness benchmark prints per kernel path
 
 
 def _record_worst(request, name: str, err: float) -> None:
@@ -348,7 +348,6 @@ def _record_worst(request, name: str, err: float) -> None:
 
 
 @given(data=st.data())
-@_RECORDS_ACROSS_EXAMPLES
 def test_float32_parity_between_providers(tier, data, request):
     """float32: every pair of the tier's providers agrees on q and k, forward and backward
     (gradients w.r.t. q and k): within provider_atol where both run on one device (trn2 0.0: the
@@ -380,7 +379,6 @@ def test_float32_parity_between_providers(tier, data, request):
 
 
 @given(data=st.data())
-@_RECORDS_ACROSS_EXAMPLES
 def test_kernel_matches_the_model_module(tier, data, request):
     """The kernel through the wrapper equals torchtitan's ``CosSinRoPE`` module as the model
     calls it (``rope(q, k, positions)``, autograd backward), both on the tier's device (on a
