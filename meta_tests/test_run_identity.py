@@ -120,3 +120,18 @@ def test_run_dir_is_the_folder_get_launches_into(tmp_path, monkeypatch):
     merged = CATALOGUE.spec("dense_native", tier)
     assert cache.run_dir(merged).name == cache.key(CATALOGUE.launch_of(merged, tier), cache.inputs_of(merged))
     assert cache.run_dir(merged) == cache.run_dir(CATALOGUE.spec("dense_native_optimizer_tensors", tier))
+
+
+def test_each_kernel_path_compiles_into_its_own_inductor_cache(monkeypatch):
+    """Inductor's cache is not keyed by ATEN_CPU_CAPABILITY: ranks of sessions on different
+    kernel paths get different cache folders (a shared one broke the hf_backend runs under
+    ATEN_CPU_CAPABILITY=default), and a folder the user chose is kept."""
+    from fixtures.runs.plan import rank_environment
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    native = rank_environment(cpu_profile(), {})["TORCHINDUCTOR_CACHE_DIR"]
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert rank_environment(cpu_profile(), {})["TORCHINDUCTOR_CACHE_DIR"] != native
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/chosen")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in rank_environment(cpu_profile(), {})  # the launcher's env carries it
