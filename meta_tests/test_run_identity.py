@@ -135,3 +135,21 @@ def test_each_kernel_path_compiles_into_its_own_inductor_cache(monkeypatch):
     assert rank_environment(cpu_profile(), {})["TORCHINDUCTOR_CACHE_DIR"] != native
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/chosen")
     assert "TORCHINDUCTOR_CACHE_DIR" not in rank_environment(cpu_profile(), {})  # the launcher's env carries it
+
+
+@pytest.mark.parametrize("value", [None, "default", "avx2", "avx512", "AVX2", ""])
+def test_the_kernel_path_is_worked_out_as_torch_chooses_it(value):
+    """fixtures.tiers.machine infers torch's CPU kernel path without importing torch (a
+    foreign environment may have none, and the pytest process on a Neuron host must not start
+    TorchNeuron): the same answer as torch's own under every value of ATEN_CPU_CAPABILITY."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    if value is not None:
+        env["ATEN_CPU_CAPABILITY"] = value
+    code = ("import sys; from fixtures.tiers import machine; inferred = machine.cpu_capability(); "
+            "assert 'torch' not in sys.modules; import torch; print(inferred, torch.backends.cpu.get_cpu_capability())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    inferred, torchs = out.stdout.split()
+    assert inferred == torchs
