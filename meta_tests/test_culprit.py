@@ -119,3 +119,148 @@ def test_a_rank_that_raised_then_got_sigterm_is_still_the_culprit(tmp_path):
     text = _report(_block(0, 0, 1, victim), [_block(1, 1, -15, cause, "(SIGTERM)")])
     verdict = culprit.decide(culprit.parse_failures(text))
     assert verdict.culprit.rank == 1
+
+
+# Added after mutation testing (benchmarks/mutation.md): each kills mutants the tests above let survive.
+
+
+def _raw_block(idx: int, rank: int, local_rank: int, exitcode: int | None, error_file: str | None,
+               traceback: str | None = "see error file", signal_name: str = "") -> str:
+    """A block of torchrun's failure report with each field optional (``None``: line absent)."""
+    lines = [f"[{idx}]:", "  time      : 2026-11-30_12:00:00", "  host      : h",
+             f"  rank      : {rank} (local_rank: {local_rank})"]
+    if exitcode is not None:
+        lines.append(f"  exitcode  : {exitcode} (pid: 10{rank}) {signal_name}")
+    if error_file is not None:
+        lines.append(f"  error_file: {error_file}")
+    if traceback is not None:
+        lines.append(f"  traceback : {traceback}")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_reason_names_the_rule_that_decided(tmp_path):
+    """Each of the three rules gives its own sentence, word for word: killed by a signal; its
+    own error (the only one, or the earliest of several); every rank a peer failure."""
+    killed = culprit.decide(culprit.parse_failures(_report(
+        _block(0, 0, 1, _error_file(tmp_path, 0, PEER_ERROR, 1000.0)), [_block(1, 1, -9, "<N/A>", "(SIGKILL)")])))
+    assert killed.reason == ("rank 1 was killed by SIGKILL; a killed rank writes no error file, the others failed "
+                             "after it")
+    only = culprit.decide(culprit.parse_failures(_report(
+        _block(0, 0, 1, _error_file(tmp_path, 0, PEER_ERROR, 1000.0)),
+        [_block(1, 1, 1, _error_file(tmp_path, 1, "RuntimeError: injected", 1001.0))])))
+    assert only.reason == ("rank 1 failed with its own error; the other ranks' errors are peer or collective "
+                           "failures or torchrun's stop")
+    several = culprit.decide(culprit.parse_failures(_report(
+        _block(0, 2, 1, _error_file(tmp_path, 2, "KeyError: 'w'", 1000.75)),
+        [_block(1, 3, 1, _error_file(tmp_path, 3, "ValueError: bad shape", 1000.25))])))
+    assert several.reason == "rank 3 failed with its own error; it is the earliest of the ranks' own errors"
+    peers = culprit.decide(culprit.parse_failures(_report(
+        _block(0, 0, 1, _error_file(tmp_path, 0, PEER_ERROR, 1000.5)),
+        [_block(1, 1, 1, _error_file(tmp_path, 1, PEER_ERROR, 1000.1))])))
+    assert peers.reason == ("every rank failed in a collective, on a lost peer or by torchrun's stop; this one "
+                            "first")
+
+
+def test_the_order_ranks_were_seen_gone_breaks_a_tie_of_clocks():
+    """Two ranks killed by signals wrote no error file (no clock to compare): the one the
+    launcher saw gone first is the culprit; a rank it never saw gone comes after those it saw;
+    with no observation, the lowest rank."""
+    a = culprit.RankFailure(0, -9, "SIGKILL", "", "", None, None)
+    b = culprit.RankFailure(1, -9, "SIGKILL", "", "", None, None)
+    assert culprit.decide([a, b], exit_order=[1, 0]).culprit.rank == 1
+    assert culprit.decide([a, b], exit_order=[1]).culprit.rank == 1
+    assert culprit.decide([a, b]).culprit.rank == 0
+
+
+def test_a_rank_with_no_error_file_is_read_from_torchruns_print(tmp_path):
+    """A rank that exited 1 without an error file (``<N/A>``) failed with its own error: its
+    message is the first printed line, its traceback torchrun's print (nothing of the report
+    after it); a rank with an error file written earlier still comes first."""
+    printed = "KeyError: 'w'\n    raised in step 3"
+    text = _report(_block(0, 0, 1, _error_file(tmp_path, 0, "ValueError: bad shape", 1000.0)),
+                   [_raw_block(1, 1, 1, 1, "<N/A>", printed)])
+    failures = culprit.parse_failures(text)
+    no_file = failures[1]
+    assert no_file.error_file is None and no_file.written_at is None and no_file.signal is None
+    assert no_file.message == "KeyError: 'w'" and no_file.traceback == printed
+    assert no_file.own_error and no_file.kind() is culprit.FailureKind.OWN_ERROR
+    verdict = culprit.decide(failures)
+    assert verdict.culprit.rank == 0 and verdict.consequences == (no_file,)
+    alone = culprit.decide(culprit.parse_failures(_report(
+        _block(0, 0, 1, _error_file(tmp_path, 5, PEER_ERROR, 1000.0)), [_raw_block(1, 1, 1, 1, "<N/A>", printed)])))
+    assert alone.culprit.rank == 1 and "own error" in alone.reason
+
+
+def test_a_bare_sigterm_has_no_error_file_and_no_error_of_its_own():
+    text = _report(_raw_block(0, 0, 0, -15, "<N/A>", signal_name="(SIGTERM)"), [])
+    (stopped,) = culprit.parse_failures(text)
+    assert stopped.error_file is None and stopped.stopped_by_torchrun and not stopped.own_error
+    assert stopped.exitcode == -15 and stopped.how() == "signal SIGTERM"
+
+
+def test_every_shape_of_error_file_is_read(tmp_path):
+    """torchrun's error file: {"message": {"message", "extraInfo": {"py_callstack"}}} gives
+    the message and the traceback (cut at 4000 characters); a plain string message, one without
+    a message or extraInfo, a file that is no JSON or not UTF-8 give what they hold and leave
+    the rest to torchrun's print, never the text "None"."""
+    def read(name: str, content: bytes, printed: str = "printed line\nmore") -> culprit.RankFailure:
+        path = tmp_path / name
+        path.write_bytes(content)
+        (failure,) = culprit.parse_failures(_report(_raw_block(0, 0, 0, 1, str(path), printed), []))
+        return failure
+
+    stack = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom\n"
+    full = read("full.json", json.dumps({"message": {"message": "ValueError: boom",
+                                                     "extraInfo": {"py_callstack": stack}}}).encode())
+    assert (full.message, full.traceback) == ("ValueError: boom", stack)
+    assert full.written_at == pytest.approx((tmp_path / "full.json").stat().st_mtime)
+    long = read("long.json", json.dumps({"message": {"message": "E", "extraInfo": {"py_callstack": "x" * 5000}}}).encode())
+    assert long.traceback == "x" * 4000
+    plain = read("plain.json", json.dumps({"message": "RuntimeError: plain"}).encode())
+    assert (plain.message, plain.traceback) == ("RuntimeError: plain", "printed line\nmore")
+    no_extra = read("no_extra.json", json.dumps({"message": {"message": "OSError: x"}}).encode())
+    assert (no_extra.message, no_extra.traceback) == ("OSError: x", "printed line\nmore")
+    no_text = read("no_text.json", json.dumps({"message": {"extraInfo": {"py_callstack": stack}}}).encode())
+    assert (no_text.message, no_text.traceback) == ("printed line", stack)
+    empty = read("empty.json", b"{}")
+    assert (empty.message, empty.traceback) == ("printed line", "printed line\nmore")
+    assert empty.written_at is not None
+    broken = read("broken.json", b'{"message": ')
+    assert (broken.message, broken.traceback, broken.written_at) == ("printed line", "printed line\nmore", None)
+    latin = read("latin.json", b'{"message": {"message": "ValueError: caf\xe9"}}')
+    assert latin.message == "ValueError: caf\ufffd"
+
+
+def test_the_report_parsed_is_torchruns_last_with_global_ranks(tmp_path):
+    """Only the last "Failures:" report counts (an earlier restart's is history); ranks are
+    global (rank 3 of local rank 1 on a second node); three failures are three; the exit code
+    and a missing exit code or error file line are read as such; a block without a rank is
+    skipped and the next still read; a print that mentions "traceback :" again is kept whole."""
+    old = _report(_raw_block(0, 7, 7, 1, "<N/A>", "OldError: an earlier attempt"), [])
+    new = _report(_raw_block(0, 3, 1, 1, "<N/A>", "RuntimeError: now"),
+                  ["[1]:\n  time      : t\n  host      : h\n",
+                   _raw_block(2, 4, 0, None, None, "ValueError: x traceback : y"),
+                   _raw_block(3, 5, 1, -99, "<N/A>", "Z")])
+    failures = culprit.parse_failures(old + "\nrestarting\n" + new)
+    assert [f.rank for f in failures] == [3, 4, 5]
+    three, four, five = failures
+    assert three.exitcode == 1 and three.how() == "exit code 1" and three.message == "RuntimeError: now"
+    assert four.exitcode is None and four.error_file is None and four.traceback == "ValueError: x traceback : y"
+    assert five.signal == "signal 99" and five.how() == "signal signal 99"
+    at_start = culprit.parse_failures("Failures:\n" + _raw_block(0, 2, 2, 1, "<N/A>", "E: at start"))
+    assert [(f.rank, f.message) for f in at_start] == [(2, "E: at start")]
+
+
+def test_an_exit_code_of_zero_is_no_signal():
+    (zero,) = culprit.parse_failures(_report(_raw_block(0, 0, 0, 0, "<N/A>", "E: z"), []))
+    assert zero.signal is None and zero.how() == "exit code 0"
+
+
+def test_a_report_cut_before_its_root_cause_is_read_block_by_block():
+    """Console output cut after the "Failures:" list (no rule, no root cause): each block's
+    fields are its own (a line missing there is missing, never the next block's), and a block
+    without a traceback line has no message."""
+    text = "Failures:\n" + _raw_block(1, 1, 1, None, "<N/A>", "E: first") + _raw_block(2, 2, 2, 1, "<N/A>", None)
+    first, second = culprit.parse_failures(text)
+    assert (first.rank, first.exitcode, first.message, first.traceback) == (1, None, "E: first", "E: first")
+    assert (second.rank, second.exitcode, second.message, second.traceback) == (2, 1, "", "")

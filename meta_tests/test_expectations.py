@@ -206,3 +206,46 @@ def test_an_inherited_session_is_not_trusted_and_writes_its_own_file(tmp_path):
     assert {k: (e.reason, e.link) for k, e in parsed.items()} == {
         "conformance/test_a.py::test_held[trn2]": ("differs", "https://example.invalid/1")}
     assert write_expectations.main([str(run), "--expectations-dir", str(exp_dir)]) == 2  # never overwrites
+
+
+# Added after mutation testing (benchmarks/mutation.md): each kills mutants of
+# fixtures/session/expectations.py that the tests above let survive.
+
+
+def test_a_signature_may_hold_the_separator_and_each_line_knows_its_place(tmp_path):
+    """A line splits into its four fields at the first three " | ": a signature may hold " | "
+    itself (a regex alternation). Each expectation names its file and line; a node id listed
+    twice is refused, naming the second line."""
+    path = tmp_path / "s.txt"
+    path.write_text("# header\n\ntest_x.py::test_a | r | https://example.invalid | failure: lost peer | killed\n")
+    [exp] = expectations.parse(path).values()
+    assert (exp.nodeid, exp.reason, exp.link, exp.signature, exp.source) == (
+        "test_x.py::test_a", "r", "https://example.invalid", "lost peer | killed", "s.txt:3")
+    assert exp.measured and exp.holds_for("RuntimeError: rank 1 killed by SIGKILL")
+    assert not exp.holds_for("AssertionError: something else")
+    path.write_text("test_x.py::test_a | r | l | failure: a\ntest_x.py::test_a | r2 | l | failure: b\n")
+    with pytest.raises(expectations.ExpectationFileError, match=r"^s\.txt:2: test_x\.py::test_a listed twice$"):
+        expectations.parse(path)
+
+
+SKIPS = """
+import pytest
+
+def test_skips_here():
+    pytest.skip("not on this machine")
+
+@pytest.mark.xfail(reason="its own mark")
+def test_own_xfail():
+    assert False
+"""
+
+
+def test_a_listed_test_that_skips_and_an_unlisted_xfail_are_pytests_own(pytester):
+    """The plugin judges only a listed test's xfail: a listed test that skips itself is
+    skipped, an unlisted test's own xfail mark is honoured; neither is the plugin's error."""
+    pytester.makepyfile(test_sample=SKIPS)
+    directory = _write_expectations(pytester, [
+        "test_sample.py::test_skips_here | upstream differs | https://example.invalid/1 | failure: never seen"])
+    result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory))
+    result.assert_outcomes(skipped=1, xfailed=1)
+    assert result.ret == pytest.ExitCode.OK

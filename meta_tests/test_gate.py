@@ -164,10 +164,17 @@ def test_gate_compares_like_with_like(baseline):
     assert not missing.ok and "no committed baseline" in missing.text()
 
 
+def without_performance(report: dict) -> dict:
+    """A copy of ``report`` without its performance figures (the baseline has its own)."""
+    report = copy.deepcopy(report)
+    report["contracts"] = [c for c in report["contracts"] if not (c.get("measured") or {}).get("performance")]
+    return report
+
+
 def _with_performance(report: dict, step: float) -> dict:
     from meta_tests.test_performance import SERIES, _rank
 
-    report = copy.deepcopy(report)
+    report = without_performance(report)
     figures = {"run": "pretrain", "warmup_rule": "r",
                "ranks": {"0": _rank([t * step for t in SERIES[0]["steady_times"]], 0.88, 0.0)}}
     report["contracts"].append({"nodeid": "conformance/test_performance.py::test_steady_state_is_reached_and_measured[cpu]",
@@ -210,3 +217,284 @@ def test_a_deviation_failing_differently_is_newly_failing_with_both_reasons(base
     result = gate.compare(baseline, run)
     assert not result.ok and held["nodeid"] in result.newly_failing
     assert f"{DIFFERENTLY} (x.txt:3): recorded: failure matching 'drops lm_head'" in result.text()
+
+
+# Added after mutation testing (benchmarks/mutation.md): each kills mutants the tests above let survive.
+
+SUITE = {"assets_recipe": "r1", "assets_files": "f1"}
+MACHINE = {"name": "box", "numerics_key": "k1", "numerics_label": "GenuineIntel Xeon, AVX2 kernels"}
+PERF_NODEID = "conformance/test_performance.py::test_steady_state_is_reached_and_measured[cpu]"
+RERECORD = "re-record it (python -m reports.baseline REPORT_DIR)"
+
+
+def _identified(report: dict, **changes) -> dict:
+    """A copy of ``report`` with a suite identity and a machine, as a re-recorded baseline has
+    (the committed baseline predates both), then ``changes``."""
+    report = copy.deepcopy(report)
+    report["suite"], report["machine"] = dict(SUITE), dict(MACHINE)
+    report.update(copy.deepcopy(changes))
+    return report
+
+
+def test_the_gate_text_states_each_finding_on_its_own_line():
+    """The page a user reads: the verdict line (PASS/FAIL and the baseline's stack), then each
+    finding as written, in this order, one per line; "no version drift, no contract changes"
+    only where nothing but the machine note was found."""
+    assert gate.GateResult(baseline_stack="cpu-s").text() == (
+        "gate: PASS (baseline of stack cpu-s)\n  no version drift, no contract changes")
+    everything = gate.GateResult(
+        drift=[("torch", "2.14.1", None), ("httpx2", None, "2.16.2")], newly_failing=["a"], missing=["b"],
+        newly_skipped=["c"], newly_passing=["d"], new=[("e", "passed"), ("f", "failed")], incomplete=True,
+        evidence_mismatch="EVIDENCE", baseline_problem="BASELINE", other_suite="SUITE", other_machine="MACHINE",
+        performance=["PERF"], differently={"a": "DIFFERENTLY"})
+    assert everything.text().splitlines() == [
+        "gate: FAIL", "  EVIDENCE", "  BASELINE", "  the run's report is incomplete (interrupted session)",
+        "  SUITE", "  MACHINE",
+        "  version drift: torch: 2.14.1 -> not installed", "  version drift: httpx2: not installed -> 2.16.2",
+        "  newly failing: a", "    DIFFERENTLY", "  missing: b", "  skipped where the baseline ran it: c",
+        "  newly passing (not a failure): d",
+        "  new contract, not in the baseline (passed): e",
+        "  new contract, not in the baseline (failed: fails the gate): f",
+        "  performance: PERF"]
+    assert gate.GateResult(other_machine="MACHINE").text().splitlines() == [
+        "gate: PASS", "  MACHINE", "  no version drift, no contract changes"]
+    assert gate.GateResult(other_suite="SUITE").text().splitlines() == ["gate: PASS", "  SUITE"]
+
+
+def test_a_rehearsal_and_real_evidence_are_never_gated_against_each_other(baseline):
+    """A dress rehearsal's report against a real baseline, and a real session against a
+    rehearsal's baseline, each fail the gate with the sentence that says which way round."""
+    rehearsal = {**copy.deepcopy(baseline), "rehearsal": True}
+    one = gate.compare(baseline, rehearsal)
+    assert not one.ok and one.evidence_mismatch == (
+        "a Neuron dress rehearsal (CPU stand-ins) is not trn2 evidence and cannot be gated against a real baseline")
+    assert f"  {one.evidence_mismatch}" in one.text().splitlines()
+    other = gate.compare(rehearsal, copy.deepcopy(baseline))
+    assert not other.ok and other.evidence_mismatch == (
+        "the baseline is a Neuron dress rehearsal (CPU stand-ins), not evidence for this session")
+    assert gate.compare(rehearsal, copy.deepcopy(rehearsal)).evidence_mismatch is None
+
+
+def test_a_report_that_does_not_say_complete_is_incomplete(baseline, tmp_path):
+    """No "complete" key is an interrupted session's report: the gate fails, also when no
+    baseline file is committed; compare_with_file on a committed file is compare."""
+    run = copy.deepcopy(baseline)
+    del run["complete"]
+    result = gate.compare(baseline, run)
+    assert result.incomplete and not result.ok
+    assert "  the run's report is incomplete (interrupted session)" in result.text().splitlines()
+    absent = tmp_path / "absent.json"
+    assert gate.compare_with_file(absent, run).incomplete
+    missing = gate.compare_with_file(absent, copy.deepcopy(baseline))
+    assert not missing.incomplete and not missing.ok
+    assert missing.baseline_problem == (f"no committed baseline at {absent}: promote a known-good session of this "
+                                        "stack with `python -m reports.baseline REPORT_DIR`")
+    drifted = copy.deepcopy(baseline)
+    drifted["inventory"]["packages"]["torch"] = "2.15.0"
+    assert gate.compare_with_file(BASELINE, drifted) == gate.compare(baseline, drifted)
+    assert not gate.compare_with_file(BASELINE, drifted).ok
+
+
+def test_the_stacks_are_named_from_whatever_the_reports_record(baseline):
+    """The baseline's stack is named per platform ("?" for a platform it records no stack for,
+    none for a report of no platform); a session's unrecorded stack is "?"; a report with no
+    platforms or no stack ids is read, not a crash."""
+    sid = baseline["stack_id"]["cpu"]
+    run = copy.deepcopy(baseline)
+    two = {**copy.deepcopy(baseline), "platforms": ["cpu", "trn2"], "stack_id": {"cpu": "cpu-a", "trn2": "trn2-b"}}
+    assert gate.compare(two, run).baseline_stack == "cpu-a, trn2-b"
+    partial = {**copy.deepcopy(baseline), "platforms": ["cpu", "trn2"], "stack_id": {"trn2": "trn2-b"}}
+    assert gate.compare(partial, run).baseline_stack == "?, trn2-b"
+    nameless = {k: v for k, v in copy.deepcopy(baseline).items() if k != "stack_id"}
+    result = gate.compare(nameless, run)
+    assert result.baseline_stack == "?"
+    assert result.baseline_problem == (f"the baseline belongs to stack ? and this session is stack {sid}: compare "
+                                       f"like with like (reports/baselines/{sid}.json)")
+    no_platform = {k: v for k, v in copy.deepcopy(baseline).items() if k != "platforms"}
+    assert gate.compare(no_platform, run).baseline_stack is None
+    no_platform["stack_id"] = {"cpu": "cpu-other"}
+    assert gate.compare(no_platform, run).baseline_problem.startswith(
+        f"the baseline belongs to stack ? and this session is stack {sid}:")
+    unnamed_run = {k: v for k, v in copy.deepcopy(baseline).items() if k != "stack_id"}
+    assert gate.compare(baseline, unnamed_run).baseline_problem == (
+        f"the baseline belongs to stack {sid} and this session is stack ?: compare like with like "
+        "(reports/baselines/?.json)")
+    two_run = {**copy.deepcopy(baseline), "platforms": ["cpu", "trn2"], "stack_id": {"cpu": sid, "trn2": "trn2-x"}}
+    assert f"this session is stack {sid}, trn2-x:" in gate.compare(baseline, two_run).baseline_problem
+    platformless_run = {k: v for k, v in copy.deepcopy(baseline).items() if k != "platforms"}
+    assert gate.compare(baseline, platformless_run).baseline_problem is None
+
+
+def test_a_package_installed_on_one_side_only_is_drift(baseline):
+    """A tracked package the run lacks, and one only the run has, are version drift, each
+    printed with "not installed" on its missing side."""
+    run = copy.deepcopy(baseline)
+    gone = next(name for name, version in sorted(run["inventory"]["packages"].items()) if version)
+    was = run["inventory"]["packages"].pop(gone)
+    run["inventory"]["packages"]["brand-new-package"] = "1.0"
+    result = gate.compare(baseline, run)
+    assert (gone, was, None) in result.drift and ("brand-new-package", None, "1.0") in result.drift
+    lines = result.text().splitlines()
+    assert f"  version drift: {gone}: {was} -> not installed" in lines
+    assert "  version drift: brand-new-package: not installed -> 1.0" in lines
+
+
+def test_each_outcome_change_is_listed_under_its_own_title(baseline):
+    """Failing in the baseline and passing now is newly passing (listed, the gate stays green);
+    skipped on both sides is no change; a missing contract and a new skip are each named."""
+    base = copy.deepcopy(baseline)
+    healed = _first(base, "passed")
+    healed["outcome"] = "failed"
+    result = gate.compare(base, copy.deepcopy(baseline))
+    assert result.ok and result.newly_passing == [healed["nodeid"]] and result.newly_failing == []
+    assert f"  newly passing (not a failure): {healed['nodeid']}" in result.text().splitlines()
+    both = copy.deepcopy(baseline)
+    _first(both, "passed")["outcome"] = "skipped"
+    assert gate.compare(both, copy.deepcopy(both)).newly_skipped == []
+    run = copy.deepcopy(baseline)
+    gone = run["contracts"].pop()
+    skipped = _first(run, "passed")
+    skipped["outcome"] = "skipped"
+    lines = gate.compare(baseline, run).text().splitlines()
+    assert f"  missing: {gone['nodeid']}" in lines
+    assert f"  skipped where the baseline ran it: {skipped['nodeid']}" in lines
+
+
+def test_figures_are_compared_only_within_one_suite(baseline):
+    """Same suite: the figures are compared. Another suite (either field moved), or a baseline
+    with no suite identity: no figure is compared, and the sentence says which field moved."""
+    base = _identified(_with_performance(baseline, 1.0))
+    run = _identified(_with_performance(baseline, 1.5))
+    same = gate.compare(base, run)
+    assert same.other_suite is None and same.other_machine is None
+    assert len(same.performance) == 1 and same.performance[0].startswith(f"{PERF_NODEID}: steady step slower by ")
+    moved = _identified(_with_performance(baseline, 1.5), suite={"assets_recipe": "r2", "assets_files": "f1"})
+    other = gate.compare(base, moved)
+    assert other.other_suite == ("the baseline was recorded by another suite (assets_recipe r1 -> r2): figures are "
+                                 f"not compared across it; {RERECORD}")
+    assert other.performance == [f"not compared: {other.other_suite}"]
+    both = gate.compare(base, _identified(run, suite={"assets_recipe": "r2", "assets_files": "f2"}))
+    assert "(assets_recipe r1 -> r2; assets_files f1 -> f2)" in both.other_suite
+    assert "(assets_recipe r1 -> None; assets_files f1 -> None)" in gate.compare(base, {**run, "suite": None}).other_suite
+    unrecorded = gate.compare({**base, "suite": None}, run)
+    assert unrecorded.other_suite == ("the baseline records no suite identity (recorded before suites had one): its "
+                                      f"figures may come from other checkpoints; {RERECORD}")
+    assert unrecorded.performance == [f"not compared: {unrecorded.other_suite}"]
+
+
+def test_the_machine_note_names_both_kernel_paths(baseline):
+    """The same numerics key: no note. Another key, or none recorded (on either side): the note
+    names both machines' kernel paths, "an unrecorded machine" for a side without one."""
+    base = _identified(baseline)
+    assert gate.compare(base, _identified(baseline)).other_machine is None
+    amd = {"name": "box2", "numerics_key": "k2", "numerics_label": "AuthenticAMD EPYC, AVX512 kernels"}
+    tail = ("a contract that newly fails may be this machine's kernel paths, not the stack (the upgrade check asks "
+            "the trusted stack here)")
+    assert gate.compare(base, _identified(baseline, machine=amd)).other_machine == (
+        f"the baseline was computed on GenuineIntel Xeon, AVX2 kernels, this session on AuthenticAMD EPYC, AVX512 "
+        f"kernels: {tail}")
+    unrecorded = {**copy.deepcopy(baseline), "machine": None}
+    assert gate.compare(unrecorded, copy.deepcopy(unrecorded)).other_machine == (
+        f"the baseline was computed on an unrecorded machine, this session on an unrecorded machine: {tail}")
+    assert gate.compare({**base, "machine": {"name": "box"}}, _identified(baseline)).other_machine.startswith(
+        "the baseline was computed on an unrecorded machine, this session on GenuineIntel Xeon, AVX2 kernels:")
+
+
+def test_the_performance_lines_against_the_baseline(baseline):
+    """performance_against, line by line: the step change and both peaks on one machine; not
+    compared across machines (each named, with what it did not record); NOT MEASURED for a
+    figure that measured nothing, and the next figure still compared; nothing without figures."""
+    base = _identified(_with_performance(baseline, 1.0))
+    run = _identified(_with_performance(baseline, 1.5))
+    [before] = [json.loads(c["measured"]["performance"])["ranks"]["0"] for c in base["contracts"]
+                if c["nodeid"] == PERF_NODEID]
+    [after] = [json.loads(c["measured"]["performance"])["ranks"]["0"] for c in run["contracts"]
+               if c["nodeid"] == PERF_NODEID]
+    step = gate.performance.compare_step_times_one_launch(tuple(before["steady_times"]), tuple(after["steady_times"]))
+    tail = (" GiB (one launch each: the launch-to-launch noise is not in this interval; the upgrade check judges)")
+    assert gate.performance_against(base, run) == [
+        f"{PERF_NODEID}: steady step {step.change()}, peak memory 0.88 -> 0.88{tail}"]
+    assert gate.performance_against(base, without_performance(baseline)) == []
+    assert gate.performance_against({}, {}) == []
+    assert gate.performance_against(_identified(without_performance(baseline)), run) == [
+        "the baseline has no performance figures"]
+    amd = {"name": "box2", "numerics_key": "k2", "numerics_label": "AuthenticAMD EPYC, AVX512 kernels"}
+    assert gate.performance_against(base, {**run, "machine": amd}) == [
+        "not compared: the baseline was measured on box (GenuineIntel Xeon, AVX2 kernels), this session on box2 "
+        "(AuthenticAMD EPYC, AVX512 kernels): absolute times of two machines are not comparable"]
+    assert gate.performance_against(base, {**run, "machine": None}) == [
+        "not compared: the baseline was measured on box (GenuineIntel Xeon, AVX2 kernels), this session on an "
+        "unrecorded machine (kernel paths not recorded): absolute times of two machines are not comparable"]
+    assert gate.performance_against(base, {**run, "machine": {"name": "box"}})[0].endswith(
+        "this session on box (kernel paths not recorded): absolute times of two machines are not comparable")
+    # two figures: the first measured nothing on two ranks, the second is compared all the same
+    bad = copy.deepcopy(run)
+    for report in (base, bad):
+        good = copy.deepcopy(next(c for c in report["contracts"] if c["nodeid"] == PERF_NODEID))
+        report["contracts"].append({**good, "nodeid": PERF_NODEID + "z"})
+    figure = next(c for c in bad["contracts"] if c["nodeid"] == PERF_NODEID)
+    ranks = {"0": {**after, "tokens_per_s": float("nan")}, "1": {**after, "peak_memory_gib": -1.0}}
+    figure["measured"] = {"performance": json.dumps({"ranks": ranks})}
+    good_base = json.loads(base["contracts"][-1]["measured"]["performance"])["ranks"]["0"]
+    good_run = json.loads(bad["contracts"][-1]["measured"]["performance"])["ranks"]["0"]
+    assert good_base == before and good_run == after
+    missing = gate.performance.unmeasured(ranks)
+    assert len(missing) == 2
+    assert gate.performance_against(base, bad) == [
+        f"{PERF_NODEID}: NOT MEASURED: " + "; ".join(missing),
+        f"{PERF_NODEID}z: steady step {step.change()}, peak memory 0.88 -> 0.88{tail}"]
+    # a figure whose baseline has no rank 0, or no steady steps there, gives no line; the next is compared
+    for no_rank0 in ({"1": before}, {"0": {**before, "steady_times": []}}):
+        only, later = copy.deepcopy(base), copy.deepcopy(run)  # base has the second figure already
+        next(c for c in only["contracts"] if c["nodeid"] == PERF_NODEID)["measured"] = {
+            "performance": json.dumps({"ranks": no_rank0})}
+        later["contracts"].append({**next(c for c in run["contracts"] if c["nodeid"] == PERF_NODEID),
+                                   "nodeid": PERF_NODEID + "z"})
+        assert [l.split(": steady step")[0] for l in gate.performance_against(only, later)] == [PERF_NODEID + "z"]
+    # and a run whose rank 0 has no steady steps is NOT MEASURED, never compared
+    empty = copy.deepcopy(run)
+    next(c for c in empty["contracts"] if c["nodeid"] == PERF_NODEID)["measured"] = {
+        "performance": json.dumps({"ranks": {"0": {**after, "steady_times": []}}})}
+    assert "NOT MEASURED" in gate.performance_against(base, empty)[0]
+
+
+def test_the_peaks_on_the_performance_line_are_each_sides(baseline):
+    """The line's peak memory is the baseline's, then the run's."""
+    base = _identified(_with_performance(baseline, 1.0))
+    run = _identified(_with_performance(baseline, 1.0))
+    figure = next(c for c in run["contracts"] if c["nodeid"] == PERF_NODEID)
+    data = json.loads(figure["measured"]["performance"])
+    data["ranks"]["0"]["peak_memory_gib"] = 1.25
+    figure["measured"] = {"performance": json.dumps(data)}
+    [line] = gate.performance_against(base, run)
+    assert "peak memory 0.88 -> 1.25 GiB" in line
+
+
+def test_baseline_for_names_the_file_of_the_reports_stacks():
+    """One stack: its file; several: joined by "+"; no platform: no-tier.json."""
+    assert gate.baseline_for({"platforms": ["cpu"], "stack_id": {"cpu": "a"}}) == gate.BASELINES / "a.json"
+    assert gate.baseline_for({"platforms": ["trn2", "cpu"], "stack_id": {"cpu": "a", "trn2": "b"}}) == \
+        gate.BASELINES / "a+b.json"
+    assert gate.baseline_for({"stack_id": {}}) == gate.BASELINES / "no-tier.json"
+
+
+def test_gate_main_in_process(baseline, tmp_path, capsys):
+    """``python -m reports.gate BASELINE RUN`` called in-process (the subprocess test above runs
+    it as __main__, where a mutation tool cannot reach it): exit codes, the page, the help."""
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(baseline))
+    assert gate.main([str(BASELINE), str(same)]) == 0
+    assert capsys.readouterr().out.startswith(f"gate: PASS (baseline of stack {baseline['stack_id']['cpu']})")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    drifted = copy.deepcopy(baseline)
+    drifted["inventory"]["packages"]["torch"] = "2.15.0"
+    (folder / "report.json").write_text(json.dumps(drifted))
+    assert gate.main([str(BASELINE), str(folder)]) == 1
+    assert "version drift: torch" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gate.main(["--help"])
+    help_text = capsys.readouterr().out
+    assert help_text.startswith("usage: python -m reports.gate [-h] baseline run")
+    assert "The version-pinning gate" in help_text
+    assert ["run", "a report.json, or the report folder holding it"] in [l.split(None, 1) for l in help_text.splitlines()]

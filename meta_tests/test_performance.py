@@ -291,3 +291,110 @@ def test_sessions_run_in_abba_order_and_more_pairs_extend_the_series(tmp_path, m
                                            "candidate-3"]
     assert [l.stack for l in first + more] == ["trusted", "candidate", "candidate", "trusted", "trusted", "candidate"]
     assert all(l.outcome == "no report" and l.machine_load is not None for l in first + more)
+
+
+# Added after mutation testing (benchmarks/mutation.md): each kills mutants of
+# fixtures/oracles/performance.py and upgrades/perf_compare.py that the tests above let survive.
+
+
+def test_the_warm_up_rule_at_its_edges():
+    """The rule of the module docstring at each edge: two steps are one of warm-up; a step
+    exactly at the warm-up factor or exactly at the compile factor is steady; the warm-up ends
+    at the first steady window (counted step by step) and never runs past the first half; a
+    compile anywhere in the first half is warm-up."""
+    assert performance.warmup_length([5.0, 0.1]) == 1
+    assert performance.warmup_length([10.0, 3.0, 3.0, 3.0, 3.0, 3.0] + [2.0] * 14) == 1  # median 3.0 == 1.5 x 2.0
+    assert performance.warmup_length([50.0, 1.0, 1.0, 10.0] + [1.0] * 20) == 1  # 10.0 == 10 x 1.0
+    assert performance.warmup_length([5.0, 0.4, 0.4, 0.4] + [0.1] * 20) == 2
+    assert performance.warmup_length([5.0] * 10 + [1.0] * 3 + [0.1] * 7) == 10  # still settling at the half
+    times = [50.0] + [0.1] * 29
+    times[12] = 20.0  # a compile after the first third, inside the first half
+    assert performance.warmup_length(times) == 13
+
+
+def test_the_interval_holds_each_sides_noise_and_is_pinned_by_the_data():
+    """Welch's interval takes each stack's launch-to-launch spread: noise in the candidate's
+    launches, or in the trusted's, widens it around the ratio; the same figures always give the
+    same interval (these, computed once)."""
+    constant = [(1.0,) * 9] * 3
+    noisy = [(0.9,) * 9, (1.0,) * 9, (1.2,) * 9]
+    candidate_noise = performance.compare_step_times(constant, noisy, 0.1)
+    assert candidate_noise.low < candidate_noise.ratio < candidate_noise.high
+    trusted_noise = performance.compare_step_times(noisy, constant, 0.1)
+    assert trusted_noise.low < trusted_noise.ratio < trusted_noise.high
+    assert (candidate_noise.low, candidate_noise.high) == pytest.approx((1 / trusted_noise.high, 1 / trusted_noise.low))
+    pinned = performance.compare_step_times(_launches([0, 2]), _launches([1, 3]), 0.1)
+    assert (pinned.low, pinned.high) == pytest.approx((0.3343954678039889, 2.8852584456125467), rel=1e-12)
+
+
+def test_a_flag_needs_the_whole_interval_above_one_and_the_change_above_the_threshold():
+    """Step times and peaks alike: an interval that reaches below 1 does not flag however large
+    the change; a change exactly at the threshold does not flag; a change clear of the noise but
+    within the threshold does not flag; and the peak ratio is candidate over trusted."""
+    wide = performance.compare_step_times([(1.0,) * 9] * 3, [(1.0,) * 9, (2.0,) * 9, (2.0,) * 9], 0.1)
+    assert wide.low < 1 < 1.5 < wide.ratio and not wide.flagged
+    exact = performance.compare_step_times([(1.0,) * 9] * 3, [(1.25,) * 9] * 3, 0.25)
+    assert exact.low == pytest.approx(1.25) and exact.ratio == pytest.approx(1.25)
+    assert not performance.compare_step_times([(1.0,) * 9] * 3, [(1.25,) * 9] * 3, 0.25 + 1e-9).flagged
+    assert performance.compare_step_times([(1.0,) * 9] * 3, [(1.25,) * 9] * 3, 0.2).flagged
+    peak = performance.compare_peaks([2.0], [2.2], 0.03)
+    assert (peak.trusted, peak.candidate) == (2.0, 2.2)
+    assert (peak.ratio, peak.low, peak.high) == pytest.approx((1.1, 1.1, 1.1)) and peak.flagged
+    assert not performance.compare_peaks([1.0, 1.0], [1.0, 2.0, 2.0], 0.03).flagged  # low == 1
+    assert not performance.compare_peaks([1.0], [1.25], 0.25).flagged  # ratio == 1 + threshold
+    within = performance.compare_peaks([1.0], [1.01], 0.03)  # clear of the noise, within the threshold
+    assert within.low > 1 and not within.flagged and not within.inconclusive
+
+
+def test_a_comparison_over_launches_needs_two_a_side_and_one_launch_is_a_figure_only():
+    with pytest.raises(ValueError, match="needs 2 launches a side, got 1 and 2"):
+        performance.compare_step_times(_launches([0]), _launches([1, 3]), 0.1)
+    one = performance.compare_step_times_one_launch(tuple(SERIES[0]["steady_times"]), tuple(SERIES[1]["steady_times"]))
+    assert one.launches == (1, 1) and not one.flagged and one.threshold == 0.0 and one.low < one.ratio < one.high
+    assert performance.t975(4) == 2.776 and performance.t975(4.9) == 2.776 and performance.t975(22) == 2.086
+    assert performance.t975(0.5) == 12.706 and performance.t975(121) == 1.960
+
+
+def test_an_interval_reaching_exactly_the_threshold_is_not_inconclusive():
+    at = performance.Comparison("step_time_s", 1.0, 1.0, 1.0, 0.9, 1.25, 0.25, flagged=False, launches=(3, 3))
+    assert not at.inconclusive
+    assert performance.Comparison("step_time_s", 1.0, 1.0, 1.0, 0.9, 1.26, 0.25, flagged=False,
+                                  launches=(3, 3)).inconclusive
+
+
+def test_unmeasured_names_each_figure_as_recorded():
+    """What unmeasured says, word for word: no rank; a missing figure ('missing'), a zero one
+    (not positive), a non-finite growth, a steady series with one bad step (the first three
+    shown, "..." only past three), several problems of one rank joined by ", "."""
+    assert performance.unmeasured({}) == ["no rank recorded figures"]
+    good = _rank(SERIES[0]["steady_times"], 0.88, 0.0)
+    assert performance.unmeasured({"0": good}) == []
+    head = "rank 0: missing, non-finite or not positive: "
+    no_tps = {k: v for k, v in good.items() if k != "tokens_per_s"}
+    assert performance.unmeasured({"0": no_tps}) == [head + "tokens_per_s='missing'"]
+    assert performance.unmeasured({"0": {**good, "peak_memory_gib": 0.0}}) == [head + "peak_memory_gib=0.0"]
+    assert performance.unmeasured({"0": {**good, "memory_growth_mib_per_step": float("nan")}}) == [
+        head + "memory_growth_mib_per_step=nan"]
+    assert performance.unmeasured({"0": {**good, "steady_times": [0.1, 0.2, float("nan")]}}) == [
+        head + "steady_times=[0.1, 0.2, nan]"]
+    assert performance.unmeasured({"0": {**good, "steady_times": [0.1, 0.2, 0.3, float("nan")]}}) == [
+        head + "steady_times=[0.1, 0.2, 0.3]..."]
+    assert performance.unmeasured({"0": {**good, "steady_times": [0.1, 0.2, 0.3, 0.4, float("nan")]}}) == [
+        head + "steady_times=[0.1, 0.2, 0.3]..."]
+    assert performance.unmeasured({"0": {**good, "peak_memory_gib": -1.0, "memory_growth_mib_per_step": None}}) == [
+        head + "peak_memory_gib=-1.0, memory_growth_mib_per_step=None"]
+
+
+def test_a_pass_passes_and_one_stack_alone_is_named(tmp_path):
+    """The verdict PASS is a pass (not only the word); launches of one stack alone are NOT
+    MEASURED with both reasons; a growth exactly at the leak bound is no leak."""
+    base, same = _a_a(tmp_path)
+    assert perf_compare.judge(base + same, POLICY).passed
+    alone = perf_compare.judge(same, POLICY)
+    assert alone.verdict == "NOT MEASURED" and alone.problems == [
+        "unequal launch counts: 0 trusted against 4 candidate sessions (the interleaved design compares equal numbers)",
+        "no launch of one of the stacks"]
+    at_bound = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88,
+                        growth=POLICY.leak_mib_per_step) for i in A_A[1]]
+    verdict = perf_compare.judge(base + at_bound, POLICY)
+    assert verdict.verdict == "PASS" and verdict.leaks == []

@@ -471,3 +471,71 @@ def test_the_trusted_stack_is_asked_here_only_where_the_baseline_took_other_kern
     same = {**base, "machine": {"numerics_key": "xeon"}}
     assert check.trusted_here(args, STACKS[check.DEFAULT_STACK], same, cand, result, tmp_path, today) is None
     assert len(asked) == 1  # the same machine: nothing rerun, the candidate is judged as is
+
+
+# Added after mutation testing (benchmarks/mutation.md): each kills mutants the tests above let survive.
+
+
+def test_categorize_reads_the_outcome_and_a_strict_xpass_message():
+    """A known deviation that passes is fixed upstream, whether pytest reports it xpassed or
+    failed with its XPASS(strict) message; failing otherwise it is newly failing; skipped on
+    both sides is no change."""
+    assert upgrade_compare.categorize("xfailed", "xpassed") == "upstream fixed"
+    assert upgrade_compare.categorize("xfailed", "failed", "[XPASS(strict)] known deviation") == "upstream fixed"
+    assert upgrade_compare.categorize("xfailed", "failed", "AssertionError: other") == "newly failing"
+    assert upgrade_compare.categorize("skipped", "skipped") == "unchanged"
+    assert upgrade_compare.categorize("passed", "skipped") == "newly skipped"
+
+
+def test_reports_without_contracts_or_runs_compare_as_empty():
+    """A report that records no contracts or no runs (an early crash, an old schema) is read
+    as empty, not a crash."""
+    result = upgrade_compare.compare({"complete": True}, {"complete": True}, [])
+    assert result["passed"] and result["contracts"] == [] and result["groups"] == [] and result["runs"] == []
+    assert result["verdict"] == "PASS: the candidate keeps every contract of the baseline"
+
+
+def test_the_upgrade_result_carries_every_field_the_page_and_json_read():
+    """compare's result, field by field: both sessions and stacks, pip check's lines, the stack
+    preflight, the figures that did not move, each deviation still holding with its expectation;
+    a deviation listed only in the candidate (passing or absent before) is not still holding."""
+    base = _report({"a": "passed", "b": "xfailed", "p": "passed"}, session="base-s")
+    cand = _report({"a": "passed", "b": "xfailed", "p": "xfailed", "n": "xfailed"}, session="cand-s",
+                   stack_id={"cpu": "cpu-torch2.15-titan0.3"}, stack_preflight=["torch 2.15.0: ok"])
+    for report in (base, cand):
+        report["contracts"][0]["measured"] = {"err": 0.5}
+    today = _report({"a": "passed"}, session="today-s")
+    result = upgrade_compare.compare(base, cand, CHANGES, ["x 1 has requirement y"], today=today)
+    assert result["baseline_session"] == "base-s" and result["today_session"] == "today-s"
+    assert result["baseline_stack"] == {"cpu": "cpu-torch2.14-titan0.3"}
+    assert result["candidate_stack"] == {"cpu": "cpu-torch2.15-titan0.3"}
+    assert result["pip_check"] == ["x 1 has requirement y"] and result["stack_preflight"] == ["torch 2.15.0: ok"]
+    assert result["unchanged_figures"] == [f"a: err = {upgrade_compare._fmt(0.5)}"]
+    assert result["still_holding"] == [{"nodeid": "b", "expectation": cand["contracts"][1]["expectation"]}]
+    assert result["verdict"] == "FAIL: pip check fails" and not result["passed"]
+    plain = upgrade_compare.compare(base, cand, CHANGES)
+    assert plain["today_session"] is None and plain["pip_check"] == [] and plain["passed"]
+    assert plain["verdict"] == "PASS: the candidate keeps every contract of the baseline, 1 known deviation(s) still holding"
+
+
+def test_each_verdict_sentence_word_for_word():
+    """The verdict line as the page prints it: fixed deviations, an unfinished session (no
+    "complete" key is not complete), causes per owner in one parenthesis, and failures the
+    trusted stack shares on this machine."""
+    base = _report({"a": "passed", "b": "xfailed"})
+    assert upgrade_compare.compare(base, _report({"a": "passed", "b": "xpassed"}), CHANGES)["verdict"] == (
+        "PASS once 1 expectations line(s) are deleted: the candidate keeps every contract and fixes known deviations")
+    unfinished = _report({"a": "passed", "b": "xfailed"})
+    del unfinished["complete"]
+    result = upgrade_compare.compare(base, unfinished, CHANGES)
+    assert not result["passed"] and result["verdict"] == "FAIL: the candidate's session did not complete"
+    cand = _report({f"t{i}": "failed" for i in range(5)})
+    for i, c in enumerate(cand["contracts"]):
+        c["message"] = HARNESS_CRASH if i < 4 else STACK_REGRESSION
+    assert upgrade_compare.compare(_report({f"t{i}": "passed" for i in range(5)}), cand, CHANGES)["verdict"] == (
+        "FAIL: 5 newly failing (1 in 1 cause(s) the candidate's behaviour; 4 in 1 cause(s) the suite's own gap "
+        "(fix the suite))")
+    shared = upgrade_compare.compare(_report({"a": "passed", "tp": "passed"}), _report({"a": "passed", "tp": "failed"}),
+                                     CHANGES, today=_report({"tp": "failed"}))
+    assert shared["verdict"] == ("PASS: the candidate keeps every contract of the baseline; 1 contract(s) fail on "
+                                 "this machine with the trusted stack too (this machine's, not the candidate's)")
