@@ -133,6 +133,11 @@ def test_each_kernel_path_compiles_into_its_own_inductor_cache(monkeypatch):
     native = rank_environment(cpu_profile(), {})["TORCHINDUCTOR_CACHE_DIR"]
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     assert rank_environment(cpu_profile(), {})["TORCHINDUCTOR_CACHE_DIR"] != native
+    from fixtures.runs.plan import inductor_default_dir
+
+    # torch writes its default into os.environ once Inductor ran in the pytest process: still keyed
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_default_dir()))
+    assert rank_environment(cpu_profile(), {})["TORCHINDUCTOR_CACHE_DIR"] != str(inductor_default_dir())
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/chosen")
     assert "TORCHINDUCTOR_CACHE_DIR" not in rank_environment(cpu_profile(), {})  # the launcher's env carries it
 
