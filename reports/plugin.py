@@ -234,8 +234,9 @@ def machine(config: pytest.Config) -> dict:
     host = f"{model} x{psutil.cpu_count()}, {psutil.virtual_memory().total / 2**30:.0f} GiB"
     # the numerics identity (fixtures.tiers.machine): the kernel paths the session's figures
     # were computed on; a baseline of another key was computed on other paths
-    numerics = {"numerics": machine_numerics.describe(), "numerics_key": machine_numerics.key(),
-                "numerics_label": machine_numerics.label()}
+    described = machine_numerics.describe()
+    numerics = {"numerics": described, "numerics_key": machine_numerics.key(described),
+                "numerics_label": machine_numerics.label(described)}
     if trn2 is not None and trn2.instance:
         # what a trn2 figure also depends on: the LNC, the cores the session was given, the
         # Neuron runtime's and driver's versions (a figure of another of these is another machine's)

@@ -389,7 +389,8 @@ def trusted_here(args, stack: Stack, baseline: dict, candidate: dict, result: di
     here = run_suite(trusted, out / "trusted-here", [*asked, "-m", args.tier])
     if today is None:
         return here
-    return {**here, "contracts": [c for c in today["contracts"] if c["nodeid"] not in set(asked)] + here["contracts"],
+    rerun = set(asked)
+    return {**here, "contracts": [c for c in today["contracts"] if c["nodeid"] not in rerun] + here["contracts"],
             "session": f"{today.get('session')} + {here.get('session')}"}
 
 

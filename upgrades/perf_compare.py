@@ -101,11 +101,12 @@ class MachineLoad:
 
     def during(self) -> dict:
         after, children = psutil.cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        capacity = max(time.monotonic() - self.start, 1e-9) * (psutil.cpu_count() or 1)
+        wall = time.monotonic() - self.start
+        capacity = max(wall, 1e-9) * (psutil.cpu_count() or 1)
         busy = lambda t: sum(getattr(t, f) for f in ("user", "system", "nice", "irq", "softirq") if hasattr(t, f))
         own = (children.ru_utime - self.children.ru_utime) + (children.ru_stime - self.children.ru_stime)
         steal = getattr(after, "steal", 0.0) - getattr(self.cpu, "steal", 0.0)
-        return {"wall_s": round(time.monotonic() - self.start, 1),
+        return {"wall_s": round(wall, 1),
                 "others_fraction": round(max(busy(after) - busy(self.cpu) - own, 0.0) / capacity, 3),
                 "steal_fraction": round(steal / capacity, 3), "loadavg_1m_end": round(os.getloadavg()[0], 2)}
 
