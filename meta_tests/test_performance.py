@@ -269,6 +269,22 @@ def test_a_busy_machine_makes_the_verdict_inconclusive_with_the_reason(tmp_path)
     assert "stole 20%" in perf_compare.judge(base + same, POLICY).problems[0]
 
 
+
+def test_a_busy_machine_never_keeps_slower_beside_a_memory_verdict(tmp_path):
+    """Memory does not depend on a busy CPU, step time does: a candidate slower AND larger, one
+    of whose sessions ran on a busy machine, is LARGER with its step time undecided
+    (LARGER+INCONCLUSIVE, the step row "not judged"), never SLOWER."""
+    base, _ = _a_a(tmp_path)
+    worse = [_launch(tmp_path, "candidate", f"candidate-{i}", [t * 1.5 for t in SERIES[i]["steady_times"]], 1.2)
+             for i in A_A[1]]
+    assert perf_compare.judge(base + worse, POLICY).verdict == "SLOWER+LARGER"
+    worse[0].machine_load = {"others_fraction": 0.3, "steal_fraction": 0.0}
+    verdict = perf_compare.judge(base + worse, POLICY)
+    assert verdict.verdict == "LARGER+INCONCLUSIVE" and not verdict.step_judged and not verdict.passed
+    page = "\n".join(perf_compare.render(verdict, POLICY, base + worse))
+    assert "not judged (a busy machine, below)" in page and "| **yes** |" in page  # the memory row still flagged
+
+
 def test_the_machine_load_around_a_session_is_measured():
     load = perf_compare.MachineLoad()
     import subprocess

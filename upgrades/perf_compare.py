@@ -162,6 +162,7 @@ class Verdict:
     leaks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     accepted: bool = False
+    step_judged: bool = True  # False where a busy machine leaves step time undecided
 
     @property
     def passed(self) -> bool:
@@ -170,7 +171,7 @@ class Verdict:
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "passed": self.passed, "accepted": self.accepted,
                 "comparisons": [c.to_json() for c in self.comparisons], "leaks": self.leaks,
-                "problems": self.problems}
+                "problems": self.problems, "step_judged": self.step_judged}
 
 
 def measurement_problems(launches: list[Launch]) -> list[str]:
@@ -209,13 +210,17 @@ def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool
     leaks = [f"{l.report_dir.name}: peak memory grows {l.growth_mib_per_step:.3f} MiB per steady step "
              f"(bound {policy.leak_mib_per_step})" for l in measured["candidate"]
              if l.growth_mib_per_step > policy.leak_mib_per_step]
-    words = [w for w, bad in (("SLOWER", step.flagged), ("LARGER", peak.flagged), ("LEAKING", bool(leaks))) if bad]
-    if not words and (step.inconclusive or peak.inconclusive):
-        words = ["INCONCLUSIVE"]
     busy_launches = [why for l in launches if (why := busy(l))]
-    if busy_launches and "LARGER" not in words and "LEAKING" not in words:  # memory does not depend on a busy CPU
-        words = ["INCONCLUSIVE"]
-    return Verdict("+".join(words) or "PASS", [step, peak], leaks, busy_launches, accepted=bool(words) and accepted)
+    # Step times taken on a busy machine are another machine's: never SLOWER (nor PASS) on them.
+    # Memory does not depend on a busy CPU: LARGER and LEAKING stand, with step time undecided.
+    step_judged = not busy_launches
+    words = [w for w, bad in (("SLOWER", step_judged and step.flagged), ("LARGER", peak.flagged),
+                              ("LEAKING", bool(leaks))) if bad]
+    undecided = (not step_judged or step.inconclusive or peak.inconclusive) and not (words and step_judged)
+    if undecided:
+        words.append("INCONCLUSIVE")
+    return Verdict("+".join(words) or "PASS", [step, peak], leaks, busy_launches,
+                   accepted=bool(words) and accepted, step_judged=step_judged)
 
 
 def inconclusive_reason(c: performance.Comparison) -> str:
@@ -244,13 +249,15 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
         lines += ["| figure | trusted | candidate | change | flagged |", "|---|---|---|---|---|"]
         for c in verdict.comparisons:
             flag = "**yes**" if c.flagged else ("inconclusive" if c.inconclusive else "no")
+            if c.figure == "step_time_s" and not verdict.step_judged:
+                flag = "not judged (a busy machine, below)"
             lines.append(f"| {c.figure} (median of {c.launches[0]}+{c.launches[1]} launches) | {c.trusted:.4g} | "
                          f"{c.candidate:.4g} | {c.change()} | {flag} |")
         lines.append("")
     if verdict.verdict == "NOT MEASURED":
         lines += ["These launches measured nothing a verdict can rest on (below): NOT MEASURED is never a "
                   "pass, and fails the check unless accepted with `--accept-performance`.", ""]
-    if verdict.verdict == "INCONCLUSIVE":
+    if verdict.verdict.endswith("INCONCLUSIVE"):
         lines += [f"- {inconclusive_reason(c)}" for c in verdict.comparisons if c.inconclusive]
         lines += ["", "Rerun with more launches (`--performance-launches 5`) on a quiet machine, or accept with "
                   "`--accept-performance`.", ""]
