@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 from fixtures.launch import launcher  # noqa: E402

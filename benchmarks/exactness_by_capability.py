@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 from fixtures.oracles.numerics import CPU_NUMERICS  # noqa: E402  (the repository on sys.path first)

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/final_state_memory.py
 
-The final-state probe (``fixtures.rank.titan.probes._save_local_shards``) makes each rank copy and
+The final-state probe (``fixtures.rank.probes.final_state.save_local_shards``) makes each rank copy and
 write only its own FSDP shard of every tensor, after the last step; the harness assembles
 them (``fixtures.data.final_state``). It used to ``full_tensor()`` the whole model on every rank at
 every logged step. Prints, for a real cpu-tier run (tiny model, 2 ranks): each rank's shard
@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402  (the repository on sys.path first, for all below)

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from fresh_cache import fresh_run_cache
 
 import psutil
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 
 
 def tree(pid: int) -> list[psutil.Process]:

@@ -28,9 +28,8 @@ import math
 import random
 import statistics
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 from fixtures.oracles.performance import CPU_PERF, TRN2_PERF, compare_step_times  # noqa: E402

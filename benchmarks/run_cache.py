@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fresh_cache import fresh_run_cache
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fixtures.rank import probes
 from fixtures.data import checkpoints
 from fixtures.contract import expect_close_series, expect_equal, require_trained
 from fixtures.session.run_fixtures import trusted_artifacts_of
@@ -35,7 +36,7 @@ def _trusted_continuation(request, titan_runs, tier) -> tuple[dict, str]:
     after = [s for s in whole.steps if s.step > RESUME_AT]
     return ({"steps": [s.step for s in after], "losses": [s.loss for s in after],
              "grad_norms": [s.grad_norm for s in after],
-             "lrs": [r["groups"][0]["lr"] for r in whole.optimizer_steps(0)][RESUME_AT:]},
+             "lrs": [r["groups"][0]["lr"] for r in whole.probe(probes.optimizer, 0)][RESUME_AT:]},
             f"this session's own uninterrupted run ({whole.run_dir})")
 
 
@@ -48,7 +49,7 @@ def test_resumes_the_trusted_checkpoint(request, tier, titan_runs, record_proper
     run = require_trained(titan_runs.get(resumed_from_trusted(tier)))
     expect_equal("the resumed run continues the trusted step count", expected["steps"],
                  [s.step for s in run.steps], run, detail=f"expected from {source}")
-    for name, actual in (("lrs", [r["groups"][0]["lr"] for r in run.optimizer_steps(0)]),
+    for name, actual in (("lrs", [r["groups"][0]["lr"] for r in run.probe(probes.optimizer, 0)]),
                          ("losses", run.losses()), ("grad_norms", run.grad_norms())):
         expect_close_series(actual, expected[name], tier.numerics.resume_rtol,
                             f"after resuming the trusted checkpoint, the {name} continue the trusted run's",

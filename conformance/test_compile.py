@@ -6,7 +6,7 @@ Facts: CONTRACTS.md "The three paths" (with ``torch.compile`` enabled, the write
 does" (``components`` reads only "model" and "loss"; "grad_clip" is silently ignored;
 ``backend`` goes straight to ``torch.compile``). The cpu tier compiles with ``aot_eager``
 (graph capture and AOT autograd without a code generator); trn2 with ``neuron``. Whether a
-block was compiled is read inside the ranks (``fixtures.rank.titan.probes``: each block's
+block was compiled is read inside the ranks (``fixtures.rank.probes.compiled``: each block's
 compiled wrapper, whether its forward ran inside a dynamo graph, dynamo's counters), never
 from the log line that says so.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.rank import probes
 from fixtures.contract import expect, expect_close_series, fail, require_trained
 from fixtures.runs.catalogue import DENSE_NATIVE, clipping_run, compiled_dense
 
@@ -79,7 +80,7 @@ def test_compiled_means_compiled(tier, titan_runs, run_name):
             "eager": DENSE_NATIVE}[run_name]
     run = require_trained(titan_runs.get(spec))
     for rank in range(run.world_size):
-        record = run.compiled(rank)
+        record = run.probe(probes.compiled, rank)
         if run_name == "eager":
             in_graph = sorted(n for n, b in (record or {"blocks": {}})["blocks"].items() if b["ran_in_graph"])
             expect(record is not None and not in_graph, f"rank {rank} of the eager run ran no block in a graph",

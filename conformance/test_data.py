@@ -2,7 +2,7 @@
 
 The expected batch of every rank comes from the corpus files and the tokenizer's own files
 (``fixtures.data.packing``), never from the run; the run's first batch is recorded inside it, as
-the model saw it (``fixtures.rank.titan.probes``). The labels of the same batch are held by
+the model saw it (``fixtures.rank.probes.batch``). The labels of the same batch are held by
 ``conformance/test_loss.py::test_labels_are_the_inputs_shifted_by_one``.
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.rank import probes
 from fixtures.data import packing
 from fixtures.contract import expect, fail, require_trained
 from fixtures.rank.titan import training_batch
@@ -33,13 +34,13 @@ def test_each_rank_reads_its_shard_packed_in_order(titan_runs):
     one (the packer's chunks of a long document)."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     config = run.resolved_config()
-    dp = run.placements(0)["parallel_dims"]["dp_shard"]
+    dp = run.probe(probes.parallel, 0)["parallel_dims"]["dp_shard"]
     expect(dp > 1, "the run shards data over more than one rank", "> 1", dp, run)
     rows, seq_len = training_batch.resolved_batch(config)
     dataset, tokenizer = Path(config["dataloader"]["dataset_path"]), Path(config["hf_assets_path"])
     blocks = []
     for rank in range(dp):
-        batch = run.first_batch(rank)
+        batch = run.probe(probes.batch, rank)
         expect("positions" in batch, f"rank {rank}'s batch carries per-document positions",
                "positions", sorted(batch), run)
         if batch["inputs"].dim() == 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from fixtures.rank import probes
 from fixtures.data import hf_reference
 from fixtures.tiers import tier_profile
 from fixtures.rank.titan import training_batch
@@ -44,7 +45,7 @@ def test_first_step_loss_equals_transformers_on_the_same_batch(tier, titan_runs)
     tokens (the next token; only each row's last label, whose token is outside the row, is
     the run's), so a pipeline that labels the wrong token cannot pass."""
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
-    batches = [run.first_batch(r) for r in range(tier.nproc_per_node)]
+    batches = [run.probe(probes.batch, r) for r in range(tier.nproc_per_node)]
     folder = titan_runs.checkpoints(Checkpoint.HF_TIED)
     model = hf_reference.transformers_model(folder)
     reference = hf_reference.batch_loss(model, batches, hf_reference.eos_id(folder), _row_len(run))
@@ -64,8 +65,8 @@ def test_first_step_loss_of_rank_0_equals_transformers(tier, titan_runs, record_
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     folder = titan_runs.checkpoints(Checkpoint.HF_TIED)
     model = hf_reference.transformers_model(folder, tier.numerics.dtype)
-    reference = hf_reference.batch_loss(model, [run.first_batch(0)], hf_reference.eos_id(folder), _row_len(run))
-    recorded = run.first_rank_loss(0)
+    reference = hf_reference.batch_loss(model, [run.probe(probes.batch, 0)], hf_reference.eos_id(folder), _row_len(run))
+    recorded = run.probe(probes.first_loss, 0)
     rtol = tier.numerics.first_loss_rtol
     record_property("rank0_first_loss_vs_reference", f"{recorded['mean']:.6f} vs {reference:.6f}")
     expect(math.isclose(recorded["mean"], reference, rel_tol=rtol),
@@ -85,7 +86,7 @@ def test_labels_are_the_inputs_shifted_by_one(tier, titan_runs):
     eos = hf_reference.eos_id(titan_runs.checkpoints(Checkpoint.HF_TIED))
     boundaries = 0
     for rank in range(tier.nproc_per_node):
-        batch = run.first_batch(rank)
+        batch = run.probe(probes.batch, rank)
         chunk_len = hf_reference.folded_chunk_len(batch, _row_len(run))
         batch = hf_reference.as_rows(batch)
         labels = batch["labels"][:, :-1]

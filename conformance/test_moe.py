@@ -14,6 +14,7 @@ import re
 import pytest
 import torch
 
+from fixtures.rank import probes
 from fixtures.data import checkpoints, final_state, hf_reference
 from fixtures.contract import expect, expect_equal, fail, require_trained
 from fixtures.rank.model_shapes import TINY, TINY_MOE
@@ -35,7 +36,7 @@ def test_moe_run_shape_and_parallelism(tier, titan_runs):
     """The MoE run has the write-up's shape and layout: 4 MoE layers of 64 experts, expert
     and tensor parallel degree 1, FSDP over every rank, SDPA attention in every layer."""
     run = require_trained(titan_runs.get(MOE_NATIVE))
-    probe = run.placements(0)
+    probe = run.probe(probes.parallel, 0)
     dims = probe["parallel_dims"]
     expect_equal("FSDP over all ranks, EP 1, TP 1", (tier.nproc_per_node, 1, 1),
                  (dims["dp_shard"], dims["ep"], dims["tp"]), run)
@@ -92,7 +93,7 @@ def test_nki_moe_swaps_experts_and_rope(titan_runs):
     run = require_trained(titan_runs.get(MOE_NATIVE))
     upstream = _upstream_compute_methods()
     for rank in range(run.world_size):
-        ran = run.implementations(rank)
+        ran = run.probe(probes.implementations, rank)
         for kind, method in upstream.items():
             modules = {n: r for n, r in ran.items() if n.rsplit(".", 1)[-1] == kind}
             expect(bool(modules), f"rank {rank}: the {kind} modules ran a forward", "at least one",
@@ -111,7 +112,7 @@ def test_every_token_routed_to_four_distinct_experts(tier, titan_runs):
     distinct experts, all ids within the 64 experts."""
     run = require_trained(titan_runs.get(MOE_NATIVE))
     for rank in range(tier.nproc_per_node):
-        stats = run.router_records(rank)
+        stats = run.probe(probes.router, rank)
         expect_equal(f"rank {rank}: every router was observed", WRITEUP_LAYERS, len(stats), run)
         for name, s in sorted(stats.items()):
             where = f"rank {rank} {name}"
@@ -257,7 +258,7 @@ def test_gate_weights_ignore_the_load_balancing_bias(tier, titan_runs, record_pr
     worst, compared, moved, ambiguous = 0.0, 0, 0, 0
     with_bias = 0
     for rank in range(run.world_size):
-        calls = _router_calls(run.router_io(rank))
+        calls = _router_calls(run.probe(probes.router_io, rank))
         expect(len({r for r, _ in calls}) == WRITEUP_LAYERS, f"rank {rank}: every router's calls were recorded",
                WRITEUP_LAYERS, sorted({r for r, _ in calls}), run)
         for (router, call), t in sorted(calls.items()):
@@ -310,7 +311,7 @@ def test_expert_bias_moves_and_agrees_across_ranks(titan_runs):
     its tokens differently from the others' forever), and it is non-zero after the first step
     (the balancing is on, as torchtitan's default coefficient 1e-3 sets it)."""
     run = require_trained(titan_runs.get(MOE_NATIVE))
-    per_rank = [run.expert_biases(r) for r in range(run.world_size)]
+    per_rank = [run.probe(probes.expert_bias, r) for r in range(run.world_size)]
     for rank, steps in enumerate(per_rank):
         expect_equal(f"rank {rank} recorded the bias after every step", list(range(1, run.spec.steps + 1)),
                      [s["step"] for s in steps], run)
@@ -344,7 +345,7 @@ def test_load_balancing_moves_the_bias_against_the_load(titan_runs, record_prope
     identical on every rank and routes consistently with it; this is what it breaks. The bias
     starts at zero (torchtitan's ``init_weights``)."""
     run = require_trained(titan_runs.get(MOE_NATIVE))
-    per_rank = [run.expert_biases(r) for r in range(run.world_size)]
+    per_rank = [run.probe(probes.expert_bias, r) for r in range(run.world_size)]
     previous: dict[str, list[float]] = {}
     checked = 0
     for index in range(run.spec.steps):
@@ -442,7 +443,7 @@ def test_moe_export_has_every_expert_under_its_global_id(titan_runs, tmp_path):
     for f in run.export_dir().iterdir():
         if f.name.endswith((".safetensors", ".safetensors.index.json")):
             (folder / f.name).symlink_to(f)
-    top_k = run.router_records(0)[sorted(run.router_records(0))[0]]["configured_top_k"]
+    top_k = run.probe(probes.router, 0)[sorted(run.probe(probes.router, 0))[0]]["configured_top_k"]
     _qwen3_moe_config(tensors, top_k).save_pretrained(str(folder))
     model, info = Qwen3MoeForCausalLM.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
     expect_equal("transformers loads the export with no key missing, unexpected or mismatched",

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixtures.rank import probe_files
+from fixtures.rank import run_files
 from fixtures.contract import expect, expect_equal, require_trained
 from fixtures.runs.catalogue import LAYER_OVERRIDE, LAYER_OVERRIDE_KWARGS, layers_10_to_19
 from fixtures.rank.titan import by_feature
@@ -412,9 +412,9 @@ def test_cli_override_log_contract(titan_runs):
     expect(bool(selected), "the run's model has layers in 10..19", "> 10 layers", n_layers, run)
     name = api.logged_name(*LAYER_OVERRIDE, LAYER_OVERRIDE[1])
     kwargs_note = api.logged_kwargs(LAYER_OVERRIDE_KWARGS)
-    lines = [l[l.index(probe_files.OVERRIDE_PREFIX):] for l in run.override_lines(name + ":")]
-    expected = [f"{probe_files.OVERRIDE_PREFIX}{name}: model_spec.model.layers.{i}.attention.rope "
+    lines = [l[l.index(run_files.OVERRIDE_PREFIX):] for l in run.override_lines(name + ":")]
+    expected = [f"{run_files.OVERRIDE_PREFIX}{name}: model_spec.model.layers.{i}.attention.rope "
                 f"CosSinRoPE.Config -> KernelRoPE.Config{kwargs_note}" for i in selected]
     expect_equal("one line per replaced node, kwargs from the CLI included where the API takes them", expected, lines, run)
     expect_equal("the total matches the selected layers", len(selected),
-                 probe_files.applied_count(run.log_text(0)), run)
+                 run_files.applied_count(run.log_text(0)), run)

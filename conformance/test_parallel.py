@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.rank import probes
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.rank.titan.api import detect
 from fixtures.runs.catalogue import tensor_parallel, tensor_parallel_dtensor_kernel_rope
@@ -23,7 +24,7 @@ def test_tp_run_builds_fsdp_by_tp_mesh(tier, titan_runs):
     """A TP-2 run over N ranks resolves to FSDP N/2 x TP 2 with sequence parallel on, and
     its parameters are sharded over both mesh dimensions."""
     run = require_trained(titan_runs.get(tensor_parallel(tier)))
-    probe = run.placements(0)
+    probe = run.probe(probes.parallel, 0)
     world = probe["world_size"]
     dims = probe["parallel_dims"]
     expect_equal("TP 2 x FSDP N/2", (2, world // 2), (dims["tp"], dims["dp_shard"]), run)
@@ -43,7 +44,7 @@ def test_rope_kernel_wrapper_under_tp_is_right_or_refuses(tier, titan_runs, reco
     rounding depends on the machine's kernel paths: see the tier profile), or, had it got DTensors, fail naming
     tensor parallel.
 
-    Why not bit for bit on cpu (issue 41: an AMD EPYC AVX-512 machine measured 6.214876174926758
+    Why not bit for bit on cpu (an AMD EPYC AVX-512 machine measured 6.214876174926758
     vs 6.214876651763916 at step 7, equal elsewhere): reproduced on an Intel AVX-512 machine by
     giving MKL its AVX2 code paths under torch's AVX-512 kernels (``MKL_ENABLE_INSTRUCTIONS=AVX2``,
     what MKL takes on a non-Intel CPU). The two TP runs then train bit-identically (the losses

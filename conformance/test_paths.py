@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fixtures.rank import probes
 from fixtures.data import checkpoints, hf_reference
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.runs.catalogue import (
@@ -41,7 +42,7 @@ def test_backend_sees_the_native_paths_batch(tier, titan_runs):
     native = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     backend = require_trained(titan_runs.get(HF_BACKEND_LOAD_TIED_ROTARY_FIXED))
     for r in range(tier.nproc_per_node):
-        a, b = native.first_batch(r), backend.first_batch(r)
+        a, b = native.probe(probes.batch, r), backend.probe(probes.batch, r)
         expect(torch.equal(a["inputs"], b["inputs"]), f"rank {r}: same first-batch tokens",
                "equal", "different", backend)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.rank import probes
 from fixtures.contract import expect_close_series, expect_equal, fail, require_trained
 from fixtures.runs.catalogue import RESUME_AT, RESUME_STEPS, resumed, uninterrupted
 
@@ -42,8 +43,8 @@ def _dataloader(whole, resumed_run, tier, record_property) -> None:
     """Each rank reads, at every step after the resume, the rows it read at that step of the
     uninterrupted run (sha256 of the input tokens of every microbatch)."""
     for rank in range(whole.world_size):
-        expected = _by_step(whole.batches(rank))
-        actual = _by_step(resumed_run.batches(rank), offset=RESUME_AT)
+        expected = _by_step(whole.probe(probes.batches, rank))
+        actual = _by_step(resumed_run.probe(probes.batches, rank), offset=RESUME_AT)
         for step in AFTER:
             want = [b["sha256"] for b in expected.get(step, [])]
             got = [b["sha256"] for b in actual.get(step, [])]
@@ -61,8 +62,8 @@ def _dataloader(whole, resumed_run, tier, record_property) -> None:
 def _lr_scheduler(whole, resumed_run, tier, record_property) -> None:
     """The learning rate of every step after the resume is the uninterrupted run's at that
     step (a restarted schedule would repeat its warmup from step 1)."""
-    full = [rec["groups"][0]["lr"] for rec in whole.optimizer_steps(0)]
-    actual = [rec["groups"][0]["lr"] for rec in resumed_run.optimizer_steps(0)]
+    full = [rec["groups"][0]["lr"] for rec in whole.probe(probes.optimizer, 0)]
+    actual = [rec["groups"][0]["lr"] for rec in resumed_run.probe(probes.optimizer, 0)]
     expected = full[RESUME_AT:RESUME_STEPS]
     restarted = full[:len(actual)] == actual and actual != expected
     expect_close_series(actual, expected, tier.numerics.resume_rtol,
@@ -77,8 +78,8 @@ def _optimizer(whole, resumed_run, tier, record_property) -> None:
     run's step 4 started from, on every rank: Adam's step count (torch keeps one per
     parameter) and the sums of ``exp_avg`` squared and ``exp_avg_sq`` over the rank's shards."""
     for rank in range(whole.world_size):
-        expected = whole.optimizer_steps(rank)[RESUME_AT]["state"]
-        actual = resumed_run.optimizer_steps(rank)[0]["state"]
+        expected = whole.probe(probes.optimizer, rank)[RESUME_AT]["state"]
+        actual = resumed_run.probe(probes.optimizer, rank)[0]["state"]
         expect_equal(f"optimizer: rank {rank}'s Adam step count when the resumed run takes step {AFTER[0]}",
                      expected["adam_step"], actual["adam_step"], resumed_run,
                      detail="None: no optimizer state at all (the optimizer restarted from nothing)")

@@ -21,11 +21,12 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from fixtures.rank import probes
 from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
 from fixtures.launch import kernel_preflight as preflight
 from fixtures.launch import kernel_worker
 from fixtures.rank.kernels import adapter, rules
-from fixtures.rank import probe_files
+from fixtures.rank import run_files
 from fixtures.runs.catalogue import DENSE_NATIVE, LOAD_TIED_TRAIN_EXPORT, dense_native_kernel_rope, kernel_rope_override
 from fixtures.rank.titan import by_feature
 from fixtures.rank.titan.api import detect
@@ -184,7 +185,7 @@ def test_model_rope_parameters_come_from_the_checkpoint(tier, titan_runs, record
            "(else a default could pass)", f"!= {default}", stated["theta"])
     worst = 0.0
     for rank in range(run.world_size):
-        record = run.rope(rank)
+        record = run.probe(probes.rope, rank)
         expect(record is not None and "rows" in record, f"rank {rank} recorded its RoPE cache",
                "a cos/sin cache", record, run)
         expect_equal(f"rank {rank}'s RoPE cache is 2 x the checkpoint's head_dim wide",
@@ -455,14 +456,14 @@ def test_override_replaces_every_layer_once(tier, titan_runs):
     name = detect().logged_name(preflight.KERNEL_MODULE, preflight.KERNEL_FUNCTION,
                               preflight.KERNEL_OVERRIDE_NAME)
     lines = run.override_lines(name + ":")
-    layers = probe_files.override_layers(lines)
+    layers = run_files.override_layers(lines)
     expect_equal("one replacement line per Qwen3 layer", list(range(n_layers)), layers, run,
                  detail="\n".join(lines))
     for line in lines:
         expect("CosSinRoPE.Config -> KernelRoPE.Config" in line and line.split(": ", 1)[1].split(" ", 1)[0].endswith(".attention.rope"),
                "each line replaces a layer's attention.rope CosSinRoPE by the kernel RoPE",
                "...attention.rope CosSinRoPE.Config -> KernelRoPE.Config", line, run)
-    expect_equal("the total matches the layers", n_layers, probe_files.applied_count(log), run,
+    expect_equal("the total matches the layers", n_layers, run_files.applied_count(log), run,
                  detail=str([l for l in log.splitlines() if "Applied" in l]))
 
 
@@ -480,7 +481,7 @@ def test_the_kernel_is_what_every_rank_ran(tier, titan_runs):
     expected_calls = n_layers * run.spec.steps
     registrar = "nki_op" if tier.kernel_provider == "nki" else "custom_op"
     for rank in range(run.world_size):
-        calls = run.rope_kernel_calls(rank)
+        calls = run.probe(probes.rope_kernel_calls, rank)
         expect(bool(calls), f"rank {rank} recorded what its kernel wrapper ran", "a record", calls, run)
         providers = sorted({(c["provider"], c["registrar"], c["device"]) for c in calls})
         expect_equal(f"rank {rank}: the provider, its registrar and the device", [(tier.kernel_provider, registrar,

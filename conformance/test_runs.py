@@ -4,7 +4,7 @@ The contracts that read a run require only that it trained (``require_trained``:
 recorded every step and finished its Python program). A rank that then dies in native
 teardown ("terminate called without an active exception", SIGABRT) fails this contract,
 for that run alone, with the rank, the signal and the threads it still had when Python
-finished (the exit marker of ``fixtures.rank.titan.probes``). The expected value is the
+finished (the exit marker, ``fixtures.rank.probes.exit_marker``). The expected value is the
 OS's exit status of each rank as torchrun reports it, not anything the run writes itself.
 
 The runs are the catalogue's (``fixtures.runs.catalogue``) entries that must train, on

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fixtures.tiers import neuron_host, topology
-from fixtures.rank import probe_files
+from fixtures.rank import probes
 from fixtures.runs.plan import WRITEUP_FLAGS
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.runs.catalogue import DENSE_NATIVE, rank_scaling, two_nodes
@@ -108,8 +108,8 @@ def test_one_rank_per_logical_core(tier, titan_runs):
     cores_wanted, source = host_cores(tier)
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     expect_equal(f"{source}: one rank per logical core", len(cores_wanted),
-                 run.placements(0)["world_size"], run)
-    envs = [run.placements(r)["env"] for r in range(run.world_size)]
+                 run.probe(probes.parallel, 0)["world_size"], run)
+    envs = [run.probe(probes.parallel, r)["env"] for r in range(run.world_size)]
     expect_equal("every rank runs at the runtime's LNC", {str(tier.lnc)},
                  {e["NEURON_LOGICAL_NC_CONFIG"] for e in envs}, run)
     cores = [str(e["NEURON_RT_VISIBLE_CORES"]) for e in envs]
@@ -124,8 +124,8 @@ def test_two_nodes_split_the_neuron_cores(tier, titan_runs):
     restarts at 0 on each agent, so cores must be offset), no core claimed twice."""
     cores_wanted, source = host_cores(tier)
     run = require_trained(titan_runs.get(two_nodes(tier)))
-    world = run.placements(0)["world_size"]
-    cores = [str(run.placements(r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(world)]
+    world = run.probe(probes.parallel, 0)["world_size"]
+    cores = [str(run.probe(probes.parallel, r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(world)]
     expect_equal(f"the two agents' ranks hold distinct NeuronCores covering {source}", sorted(map(str, cores_wanted)),
                  sorted(cores), run,
                  detail=f"per rank: {cores}")
@@ -141,7 +141,7 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
     neuron-ls numbers them (all of them on a whole instance, fewer in a pod given some
     cores), and no other process using the runtime on those devices."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
-    listing = run.probe_json(probe_files.neuron_ls())
+    listing = run.probe(probes.neuron_ls)
     if listing.get("devices") is not None:
         held = neuron_host.neuron_processes(listing["devices"])
         device_cores = {d["neuron_device"]: list(d.get("neuroncore_ids") or []) for d in listing["devices"]}
@@ -153,9 +153,9 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
         tool = "neuron-ls -a"
     expect(bool(device_cores) and all(device_cores.values()), f"{tool} lists each device's logical core ids",
            "ids per device", device_cores, run)
-    rank_cores = [int(run.placements(r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(run.world_size)]
+    rank_cores = [int(run.probe(probes.parallel, r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(run.world_size)]
     per_device = {dev: sum(1 for core in rank_cores if core in ids) for dev, ids in device_cores.items()}
-    ranks = {run.placements(r)["pid"]: r for r in range(run.world_size)}
+    ranks = {run.probe(probes.parallel, r)["pid"]: r for r in range(run.world_size)}
     if held and not set(held) & set(ranks):
         # A container with its own PID namespace: neuron-ls lists the host's pids, which no
         # rank can see; what stays comparable is how many runtime processes use each device.
@@ -199,7 +199,7 @@ def test_world_size_is_nproc(tier, titan_runs):
     """Every rank sees world size = nproc_per_node = the tier's logical cores."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     for rank in range(tier.nproc_per_node):
-        probe = run.placements(rank)
+        probe = run.probe(probes.parallel, rank)
         expect_equal(f"rank {rank}: world size equals the ranks launched", tier.nproc_per_node,
                      probe["world_size"], run)
         expect_equal(f"rank {rank}: the process group uses the tier's backend", tier.dist_backend,
@@ -210,7 +210,7 @@ def test_world_size_is_nproc(tier, titan_runs):
 def test_dp_shard_minus_one_resolves_to_world(tier, titan_runs):
     """``data_parallel_shard_degree=-1`` resolves to the world size; TP, EP, CP, PP are 1."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
-    dims = run.placements(0)["parallel_dims"]
+    dims = run.probe(probes.parallel, 0)["parallel_dims"]
     expect_equal("data_parallel_shard_degree=-1 shards over every rank", tier.nproc_per_node,
                  dims["dp_shard"], run)
     expect_equal("no other parallelism unless configured",
@@ -224,15 +224,15 @@ def test_every_parameter_sharded_over_all_ranks(tier, titan_runs):
     all ranks add up to the whole parameter (read from inside the run, per rank)."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     world = tier.nproc_per_node
-    probes = [run.placements(r)["parameters"] for r in range(world)]
-    names = sorted(probes[0])
+    per_rank = [run.probe(probes.parallel, r)["parameters"] for r in range(world)]
+    names = sorted(per_rank[0])
     expect(len(names) > 0, "the run has parameters to shard", "> 0", len(names), run)
     for name in names:
-        info = probes[0][name]
+        info = per_rank[0][name]
         expect_equal(f"{name} is sharded on dim 0", ["S(0)"], info["placements"], run)
         expect_equal(f"{name} is sharded over all {world} ranks", [world], info["mesh_shape"], run)
         global_rows = info["global_shape"][0]
-        rows = [p[name]["local_shape"][0] for p in probes]
+        rows = [p[name]["local_shape"][0] for p in per_rank]
         expect_equal(f"{name}: the ranks' shards add up to the parameter", global_rows,
                      sum(rows), run,
                      detail=f"per-rank rows: {rows}")
@@ -276,7 +276,7 @@ def test_two_nodes_match_one_node(tier, titan_runs, record_property):
     expect(len(endpoints) == 1 and all("--nnodes=2" in c for c in commands),
            "both agents join one rendezvous with --nnodes=2", "one endpoint", endpoints, two)
     expect_equal("the two agents form one world", tier.nproc_per_node,
-                 two.placements(0)["world_size"], two)
+                 two.probe(probes.parallel, 0)["world_size"], two)
     expect_close_series(two.losses(), one.losses(), tier.numerics.same_math_rtol,
                         "2 nodes x N/2 ranks train as 1 node x N ranks", two, record_property,
                         detail=f"one-node run: {one.run_dir}")

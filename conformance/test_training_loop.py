@@ -10,7 +10,7 @@ the configured ``max_norm``; the AdamW steps are torch's own single-tensor ``Ada
 copy of the starting weights fed the recorded gradients, with the configured param groups;
 the accumulated run is held to a run reading the same global batch in one microbatch; the
 TP=2 run is held to the TP=1 run of the same global batch. What the run did is observed from inside it
-by global optimizer hooks and the final-state probe (``fixtures.rank.titan.probes``).
+by global optimizer hooks and the final-state probe (``fixtures.rank.probes``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from fixtures.oracles import lr_schedule, training_settings
 from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
-from fixtures.rank import probe_files
+from fixtures.rank import probes
 from fixtures.runs.catalogue import (DENSE_NATIVE_NO_AC, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, MICROBATCHES,
                                       SCHEDULE_AND_CLIP, accumulation, clipping_run, rank_scaling,
                                       tensor_parallel,
@@ -35,7 +35,7 @@ CLIP_EPS = 1e-6
 
 
 def _lr_series(run) -> list[float]:
-    return [rec["groups"][0]["lr"] for rec in run.optimizer_steps(0)]
+    return [rec["groups"][0]["lr"] for rec in run.probe(probes.optimizer, 0)]
 
 
 def _expect_configured_schedule(run, tier, record_property) -> None:
@@ -64,7 +64,7 @@ def test_learning_rate_follows_the_configured_schedule(tier, titan_runs, record_
 def _clipping_series(run):
     """(pre-clip norm torchtitan reported, norm of the gradients the optimizer was handed)
     per step, the latter summed over every rank's local shards."""
-    per_rank = [run.optimizer_steps(r) for r in range(run.world_size)]
+    per_rank = [run.probe(probes.optimizer, r) for r in range(run.world_size)]
     steps = min(len(r) for r in per_rank)
     handed = [math.sqrt(sum(r[i]["grad_sumsq_local"] for r in per_rank)) for i in range(steps)]
     return run.grad_norms()[:steps], handed
@@ -126,8 +126,8 @@ def _adamw_reference(run, rank: int, steps: int, groups: list[dict], schedule, *
     them, to measure what each one moves) and the schedule's rate at that step."""
     import torch
 
-    names = run.optimizer_steps(rank)[0]["param_names"]
-    first = run.optimizer_tensors(rank, 1)
+    names = run.probe(probes.optimizer, rank)[0]["param_names"]
+    first = run.probe(probes.optimizer_tensors, rank, step=1)
     form = _adamw_form(run.resolved_config())
     out = {}
     for i in sorted({int(k.split(".")[0][5:]) for k in first}):
@@ -143,7 +143,7 @@ def _adamw_reference(run, rank: int, steps: int, groups: list[dict], schedule, *
         rates = lr_schedule.learning_rates(base_lr, schedule, steps)
         trajectory = []
         for step in range(1, steps + 1):
-            param.grad = run.optimizer_tensors(rank, step)[f"param{i}.grad"].clone()
+            param.grad = run.probe(probes.optimizer_tensors, rank, step=step)[f"param{i}.grad"].clone()
             optimizer.param_groups[0]["lr"] = rates[step - 1]
             optimizer.step()
             trajectory.append(param.detach().clone())
@@ -158,10 +158,10 @@ def _worst_ulps(run, rank: int, steps: int, reference: dict) -> tuple[float, str
     reference's, and where it is."""
     import torch
 
-    names = run.optimizer_steps(rank)[0]["param_names"]
+    names = run.probe(probes.optimizer, rank)[0]["param_names"]
     worst, where = 0.0, "nowhere"
     for step in range(1, steps + 1):
-        recorded = run.optimizer_tensors(rank, step)
+        recorded = run.probe(probes.optimizer_tensors, rank, step=step)
         for i, trajectory in reference.items():
             before = trajectory[step - 2] if step > 1 else recorded[f"param{i}.before"]
             expected, actual = trajectory[step - 1], recorded[f"param{i}.after"]
@@ -197,7 +197,7 @@ def test_adamw_steps_are_torchs_adamw(tier, titan_runs, record_property):
     worst, worst_at, compared = 0.0, None, 0
     power = {name: float("inf") for name in IGNORED_HYPERPARAMETERS}
     for rank in range(run.world_size):
-        first = run.optimizer_steps(rank)[0]
+        first = run.probe(probes.optimizer, rank)[0]
         expect(first.get("model_params_not_in_optimizer") == [],
                f"rank {rank}'s optimizer holds every parameter of its model", "none left out",
                first.get("model_params_not_in_optimizer"), run)
@@ -219,7 +219,7 @@ def test_adamw_steps_are_torchs_adamw(tier, titan_runs, record_property):
              f"within {tier.numerics.optimizer_ulps} ulp of every weight", f"{worst:.3g} ulp at {worst_at}",
              run, detail=f"expected from the config: param groups {groups}, schedule {schedule}\n"
                          f"  the param groups the optimizer stepped with (probe): "
-                         f"{[r['groups'] for r in run.optimizer_steps(0)[:steps]]}\n"
+                         f"{[r['groups'] for r in run.probe(probes.optimizer, 0)[:steps]]}\n"
                          f"  distance had each hyper-parameter been ignored: {power}")
     blind = {name: ulps for name, ulps in power.items() if ulps <= tier.numerics.optimizer_ulps}
     expect(not blind, f"over {steps} steps, ignoring betas, eps or weight decay moves some weight by more "
@@ -230,7 +230,7 @@ def test_adamw_steps_are_torchs_adamw(tier, titan_runs, record_property):
 def _microbatches(run, rank: int = 0) -> dict[int, list[dict]]:
     """Rank ``rank``'s forwards by step."""
     by_step: dict[int, list[dict]] = {}
-    for record in run.batches(rank):
+    for record in run.probe(probes.batches, rank):
         by_step.setdefault(record["step"], []).append(record)
     return by_step
 
@@ -258,7 +258,7 @@ def test_accumulation_trains_like_one_microbatch(tier, titan_runs, record_proper
                      s_rows, a_rows, accumulated, detail=f"single-microbatch run: {single.run_dir}")
     for step in range(1, steps + 1):
         def calls(run):
-            return [c for r in range(run.world_size) for c in run.loss_calls(r) if c["step"] == step]
+            return [c for r in range(run.world_size) for c in run.probe(probes.loss_calls, r) if c["step"] == step]
 
         a_calls, s_calls = calls(accumulated), calls(single)
         counted = sum(c["local_tokens"] for c in s_calls)
@@ -282,7 +282,7 @@ def test_tensor_parallel_trains_like_no_tensor_parallel(tier, titan_runs, record
     batch) from the same checkpoint, within the tier's ``tp_rtol``, for all 10 steps."""
     tp = require_trained(titan_runs.get(tensor_parallel(tier)))
     plain = require_trained(titan_runs.get(tensor_parallel_reference(tier)))
-    dp_tp, dp_plain = tp.placements(0)["parallel_dims"]["dp_shard"], plain.placements(0)["parallel_dims"]["dp_shard"]
+    dp_tp, dp_plain = tp.probe(probes.parallel, 0)["parallel_dims"]["dp_shard"], plain.probe(probes.parallel, 0)["parallel_dims"]["dp_shard"]
     expect(dp_tp == dp_plain, "both runs shard the data over the same FSDP degree (same global batch)",
            dp_plain, dp_tp, tp)
     steps = tp.spec.steps
@@ -304,14 +304,14 @@ def _expect_same_global_batch(wide, narrow) -> None:
     __tracebackhide__ = True
     import torch
 
-    wide_rows = [wide.first_batch(r)["inputs"] for r in range(wide.world_size)]
+    wide_rows = [wide.probe(probes.batch, r)["inputs"] for r in range(wide.world_size)]
     expect(len({tuple(t.flatten().tolist()) for t in wide_rows}) == len(wide_rows),
            "every rank of the wide run reads different rows", "distinct batches",
            [_head(t) for t in wide_rows], wide)
     group = wide.world_size // narrow.world_size
     for q in range(narrow.world_size):
         expected = torch.cat(wide_rows[q * group:(q + 1) * group])
-        actual = narrow.first_batch(q)["inputs"]
+        actual = narrow.probe(probes.batch, q)["inputs"]
         if actual.shape != expected.shape or not torch.equal(actual, expected):
             fail(f"rank {q} of the {narrow.world_size}-rank run reads the rows ranks {q * group}.."
                  f"{(q + 1) * group - 1} of the {wide.world_size}-rank run read (the same global batch)",
@@ -348,15 +348,12 @@ def test_replicated_parameters_agree_across_tp_ranks(tier, titan_runs):
     """After training, every parameter that is replicated over the TP mesh dimension (the
     norm weights among them) is bit-identical on the TP ranks holding the same FSDP shard
     (ranks r and r+1 for r even: torchtitan's mesh puts tp innermost)."""
-    import json
-
     import torch
-    from safetensors.torch import load_file
 
     run = require_trained(titan_runs.get(tensor_parallel(tier)))
-    layouts = [json.loads((run.probe_dir / probe_files.final_state_layout(r)).read_text())
+    layouts = [run.probe(probes.final_state.LAYOUT, r)
                for r in range(run.world_size)]
-    shards = [load_file(str(run.probe_dir / probe_files.final_state_shard(r))) for r in range(run.world_size)]
+    shards = [run.probe(probes.final_state.SHARD, r) for r in range(run.world_size)]
     replicated = [n for n, info in layouts[0].items() if len(info["placements"]) == 2 and info["placements"][1] == "R"]
     expect(any("norm" in n for n in replicated), "the TP run has parameters replicated over tp, norm weights "
            "among them", "norm weights", replicated[:5], run)
@@ -390,7 +387,7 @@ def test_activation_checkpointing_recomputes_every_block(tier, titan_runs):
     it breaks. Eager run: a compiled graph recomputes inside the graph, unseen by the hooks."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     for rank in range(run.world_size):
-        steps = run.block_calls(rank)
+        steps = run.probe(probes.block_calls, rank)
         expect_equal(f"rank {rank} counted the forward passes of every step", list(range(1, run.spec.steps + 1)),
                      [s["step"] for s in steps], run)
         for record in steps:
@@ -415,7 +412,7 @@ def test_activation_checkpointing_saves_less_for_the_backward(titan_runs, record
     tensors itself."""
     with_ac = require_trained(titan_runs.get(DENSE_NATIVE))
     without = titan_runs.get(DENSE_NATIVE_NO_AC)
-    if not without.ok and not (without.probe_dir / probe_files.saved_for_backward(0)).exists():
+    if not without.ok and not (without.probe_dir / probe_files.probe(probes.saved_for_backward, 0)).exists():
         # a model that does not fit without AC (a 4B model in a NeuronCore's memory) shows it
         # by running out of memory in that first forward: the evidence, if that is how it died
         failure = without.failure_text()
@@ -424,7 +421,7 @@ def test_activation_checkpointing_saves_less_for_the_backward(titan_runs, record
                failure[:2000], without)
         return
     for rank in range(with_ac.world_size):
-        kept, full = with_ac.saved_for_backward(rank)["bytes"], without.saved_for_backward(rank)["bytes"]
+        kept, full = with_ac.probe(probes.saved_for_backward, rank)["bytes"], without.probe(probes.saved_for_backward, rank)["bytes"]
         record_property(f"rank {rank}: bytes saved for the backward, full AC / none", f"{kept} / {full}")
         expect(0 < kept < full, f"rank {rank}: full activation checkpointing saves less for the backward than none",
                f"fewer than the {full} bytes saved without it", kept, with_ac,

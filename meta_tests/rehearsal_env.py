@@ -9,7 +9,7 @@ import pytest
 
 from fixtures.launch.device_isolation import launch_environment
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 VENV = REPO / ".venv-rehearsal"
 PYTHON = VENV / "bin" / "python"
 NEURON_LS = VENV / "bin" / "neuron-ls"

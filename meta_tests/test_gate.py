@@ -7,7 +7,6 @@ import copy
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +15,7 @@ from reports import gate, inventory, pins
 
 pytestmark = pytest.mark.meta
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 BASELINE = REPO / "reports" / "baselines" / f"{stack.stack_id('cpu')}.json"
 
 

@@ -24,7 +24,7 @@ import pytest
 
 pytestmark = pytest.mark.meta
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 # The environment of issue #31's check: a Neuron venv's own versions of the suite's
 # pure-Python dependencies, each lower than the cpu stacks' pin.
 NEURON_ENV_VERSIONS = {"pytest": "8.3.5", "packaging": "24.2", "filelock": "3.16.1", "psutil": "6.1.1",

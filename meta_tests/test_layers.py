@@ -21,7 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.meta
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 PACKAGES = ("fixtures", "reports", "upgrades")  # lowest layer first
 # The harness's rooms, ground floor first (``fixtures/__init__.py`` says what each holds).
 ROOMS = ("fixtures.rank", "fixtures.repo", "fixtures.oracles", "fixtures.tiers", "fixtures.data",

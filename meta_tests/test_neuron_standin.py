@@ -39,7 +39,7 @@ from meta_tests import rehearsal_env
 
 pytestmark = pytest.mark.meta
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT  # noqa: E402
 STANDIN = REPO_ROOT / "neuron_standins"
 STANDIN_PYTHON = STANDIN / "neuronx-cc"  # nkilib and _neuron_rehearsal, pure Python
 STANDIN_SOURCES = [STANDIN / "neuronx-cc", STANDIN / "torch-neuronx", STANDIN / "aws-neuronx-tools",

@@ -23,7 +23,7 @@ from fixtures.runs.result import compile_cache_events
 
 pytestmark = pytest.mark.meta
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 
 def neuron_ls_output(instance: str = "trn2.48xlarge", devices: int = 16, lnc: int = 2) -> str:
     """neuron-ls's plain table (aws-neuron-sdk neuron-ls.rst, trn2n.48xlarge example layout):

@@ -17,8 +17,23 @@ README = (REPO / "README.md").read_text()
 
 
 def test_generated_tables_are_current():
-    assert readme_tables.rewrite(README, readme_tables.blocks()) == README, (
-        "README.md's generated tables are stale: python -m reports.readme_tables --write")
+    for path, generated in readme_tables.every_block().items():
+        text = (REPO / path).read_text()
+        assert readme_tables.rewrite(text, generated) == text, (
+            f"{path}'s generated tables are stale: python -m reports.readme_tables --write")
+
+
+def test_the_probe_table_lists_every_probe_module_and_file():
+    """A probe module not in the registry never runs; the docs' table comes from the registry:
+    every module of the package with a ``Writer`` is registered, and each of its files is a row."""
+    from fixtures.rank.probes import registry
+
+    modules = {p.stem for p in (REPO / "fixtures" / "rank" / "probes").glob("*.py")
+               if "class Writer(Base)" in p.read_text()}
+    assert modules == set(registry.NAMES), modules ^ set(registry.NAMES)
+    rows = readme_tables.probes_table()[2:]
+    assert len(rows) == sum(len(m.SPECS) for m in registry.PROBES)
+    assert any("`parallel`" in r and "`test_topology.py`" in r for r in rows)  # read-by is found
 
 
 def test_the_two_commands_come_first_and_ci_runs_the_second():

@@ -22,7 +22,7 @@ from reports.pins import NotTrusted, trusted
 
 pytestmark = pytest.mark.meta
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 SESSION = Path(__file__).resolve().parent / "sessions" / "rehearsal_session.py"
 
 

@@ -21,7 +21,7 @@ from meta_tests import rehearsal_env
 
 pytestmark = pytest.mark.meta
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 HOSTS = rehearsal.host_names()
 
 

@@ -24,7 +24,7 @@ from fixtures.session.hygiene import orphans
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 SESSIONS = Path(__file__).resolve().parent / "sessions"
 FAKE_HF_TOKEN = "hf_plantedFAKEtoken0123456789"
 FAKE_AWS_SECRET = "plantedFAKEawsSecretKey/0123456789"

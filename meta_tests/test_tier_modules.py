@@ -20,7 +20,7 @@ from fixtures.rank.titan import api
 
 pytestmark = pytest.mark.meta
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 
 
 def _functions_of(module: str) -> set[str]:
@@ -105,7 +105,7 @@ def test_a_removed_config_is_caught(tmp_path, monkeypatch):
 def test_profile_and_probe_names_need_no_torch():
     """The tier profile and the probe file names import without torch (the harness reads a
     run, and the meta tests check the modules, on any machine)."""
-    code = ("import sys; import fixtures.tiers.tier_profile, fixtures.rank.probe_files, fixtures.tiers.rehearsal; "
+    code = ("import sys; import fixtures.tiers.tier_profile, fixtures.rank.probes.registry, fixtures.rank.run_files, fixtures.tiers.rehearsal; "
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -26,7 +26,7 @@ import pytest
 
 from fixtures import repo
 from fixtures.session import session_state
-from fixtures.rank.probe_files import RESOLVED_CONFIG
+from fixtures.rank.run_files import RESOLVED_CONFIG
 from fixtures.runs.result import RunResult
 from reports import inventory
 from reports.layout import bundle_dir, run_record_path

@@ -1,11 +1,12 @@
-"""The README's two generated tables: the contract areas (from the area markers in
+"""The docs' generated tables: in README.md the contract areas (from the area markers in
 ``pyproject.toml`` and the contract files that carry them) and the known deviations (from the
-expectation files, one column per stack). Never written by hand:
+expectation files, one column per stack); in ``docs/extending.md`` the probes (from
+``fixtures.rank.probes.registry`` and the contract files that read them). Never written by hand:
 
-    python -m reports.readme_tables            # prints both blocks
-    python -m reports.readme_tables --write    # rewrites them in README.md, between their markers
+    python -m reports.readme_tables            # prints every block
+    python -m reports.readme_tables --write    # rewrites them in their files, between their markers
 
-``meta_tests/test_readme.py`` fails when README.md's blocks differ from what this prints.
+``meta_tests/test_readme.py`` fails when a file's blocks differ from what this prints.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 BLOCKS = ("areas", "deviations")
 _AREA = re.compile(r"^(\w+): contracts on (.*)$")
 _MARK = re.compile(r"pytestmark\s*=\s*\[?\s*pytest\.mark\.(\w+)")
@@ -65,8 +66,31 @@ def deviations_table(root: Path = REPO) -> list[str]:
     return lines
 
 
+def probes_table(root: Path = REPO) -> list[str]:
+    """One row per probe file (``fixtures.rank.probes``, registry order), with the contract files
+    and harness modules that read it (``probes.<name>`` in their source)."""
+    from fixtures.rank.probes import registry
+
+    readers = [*sorted((root / "conformance").glob("test_*.py")), *sorted((root / "fixtures" / "runs").glob("*.py")),
+               *sorted((root / "fixtures" / "data").glob("*.py"))]
+    sources = {str(path.relative_to(root)).removeprefix("conformance/"): path.read_text() for path in readers}
+    lines = ["| probe | file (per rank) | format | opt-in | records | read by |", "|---|---|---|---|---|---|"]
+    for module in registry.PROBES:
+        name = module.__name__.rsplit(".", 1)[1]
+        readers = [f for f, text in sources.items() if re.search(rf"\bprobes\.{name}\b", text)]
+        for spec in module.SPECS:
+            lines.append(f"| `{name}` | `{spec.pattern}` | {spec.format.value} | "
+                         f"{f'`{spec.opt_in}`' if spec.opt_in else 'always'} | {spec.about} | "
+                         f"{', '.join(f'`{r}`' for r in readers) or '-'} |")
+    return lines
+
+
 def blocks(root: Path = REPO) -> dict[str, list[str]]:
     return {"areas": areas_table(root), "deviations": deviations_table(root)}
+
+
+# Generated blocks of files other than README.md.
+DOC_BLOCKS = {"docs/extending.md": lambda root: {"probes": probes_table(root)}}
 
 
 def _markers(name: str) -> tuple[str, str]:
@@ -84,14 +108,19 @@ def rewrite(text: str, generated: dict[str, list[str]]) -> str:
     return text
 
 
+def every_block(root: Path = REPO) -> dict[str, dict[str, list[str]]]:
+    """File (relative to the repository) -> its generated blocks."""
+    return {"README.md": blocks(root), **{path: make(root) for path, make in DOC_BLOCKS.items()}}
+
+
 def main(argv: list[str]) -> int:
-    generated = blocks()
-    if "--write" in argv:
-        readme = REPO / "README.md"
-        readme.write_text(rewrite(readme.read_text(), generated))
-        return 0
-    for name, lines in generated.items():
-        print("\n".join([_markers(name)[0], *lines, _markers(name)[1]]))
+    for path, generated in every_block().items():
+        if "--write" in argv:
+            target = REPO / path
+            target.write_text(rewrite(target.read_text(), generated))
+            continue
+        for name, lines in generated.items():
+            print("\n".join([_markers(name)[0], *lines, _markers(name)[1]]))
     return 0
 
 
