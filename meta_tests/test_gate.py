@@ -497,3 +497,17 @@ def test_gate_main_in_process(baseline, tmp_path, capsys):
     assert help_text.startswith("usage: python -m reports.gate [-h] baseline run")
     assert "The version-pinning gate" in help_text
     assert ["run", "a report.json, or the report folder holding it"] in [l.split(None, 1) for l in help_text.splitlines()]
+
+
+def test_another_machine_is_named_by_what_differs_where_the_labels_agree():
+    """Two machines with one label (same CPU model and kernel path) but other dispatch flags:
+    the gate's note says which flag differs, not just two identical labels."""
+    from reports import gate
+
+    same = {"numerics_label": "GenuineIntel Xeon, AVX512 kernels"}
+    before = {"machine": {**same, "numerics_key": "a", "numerics": {"flags": ["avx2", "fma"], "capability": "AVX512"}}}
+    after = {"machine": {**same, "numerics_key": "b", "numerics": {"flags": ["avx2", "avx512dq", "fma"],
+                                                                   "capability": "AVX512"}}}
+    note = gate.other_machine(before, after)
+    assert "(flags: avx512dq only in this session)" in note, note
+    assert gate.other_machine(before, {"machine": {**before["machine"]}}) is None

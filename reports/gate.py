@@ -150,8 +150,29 @@ def other_machine(baseline: dict, run: dict) -> str | None:
     if before.get("numerics_key") and before.get("numerics_key") == after.get("numerics_key"):
         return None
     return (f"the baseline was computed on {before.get('numerics_label') or 'an unrecorded machine'}, this "
-            f"session on {after.get('numerics_label') or 'an unrecorded machine'}: a contract that newly fails "
-            "may be this machine's kernel paths, not the stack (the upgrade check asks the trusted stack here)")
+            f"session on {after.get('numerics_label') or 'an unrecorded machine'}{_machine_difference(before, after)}: "
+            "a contract that newly fails may be this machine's kernel paths, not the stack (the upgrade check asks "
+            "the trusted stack here)")
+
+
+def _machine_difference(before: dict, after: dict) -> str:
+    """What differs between two machine descriptions where their labels alone would not say
+    (CPU flags torch's, MKL's or oneDNN's dispatch reads: ``fixtures.tiers.machine.DISPATCH_FLAGS``)."""
+    old, new = before.get("numerics") or {}, after.get("numerics") or {}
+    if not old or not new:
+        return ""
+    parts = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        if isinstance(a, list) or isinstance(b, list):
+            gone, came = sorted(set(a or ()) - set(b or ())), sorted(set(b or ()) - set(a or ()))
+            parts.append(f"{name}: " + ", ".join([*(f"{f} only in the baseline" for f in gone),
+                                                    *(f"{f} only in this session" for f in came)]))
+        else:
+            parts.append(f"{name}: {a} -> {b}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _performance_figures(report: dict) -> dict[str, dict]:
