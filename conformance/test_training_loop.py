@@ -20,13 +20,13 @@ import re
 
 import pytest
 
-from fixtures.oracles import lr_schedule, training_settings
+from fixtures.oracles import adamw, lr_schedule, training_settings
 from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
 from fixtures.rank import probes
 from fixtures.runs.catalogue import (DENSE_NATIVE_NO_AC, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, MICROBATCHES,
                                       SCHEDULE_AND_CLIP, accumulation, clipping_run, rank_scaling,
                                       tensor_parallel,
-                                      tensor_parallel_reference, two_nodes)
+                                      tensor_parallel_reference, two_nodes, uninterrupted)
 
 pytestmark = [pytest.mark.training_loop, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def _expect_configured_schedule(run, tier, record_property) -> None:
     __tracebackhide__ = True
     config = run.resolved_config()
     settings = training_settings.schedule(config)
-    base = training_settings.optimizer(config).lr
+    base = float(config["optimizer"]["param_groups"][0]["optimizer_kwargs"]["lr"])  # the probe's group 0
     expected = lr_schedule.learning_rates(base, settings, run.spec.steps)
     actual = _lr_series(run)
     expect_close_series(actual, expected, tier.numerics.schedule_rtol,
@@ -50,15 +50,23 @@ def _expect_configured_schedule(run, tier, record_property) -> None:
                         record_property, detail=f"schedule settings {settings}, base lr {base}")
 
 
-@pytest.mark.parametrize("which", ["warmup_only", "warmup_stable_cosine_decay"])
+# Every decay type torchtitan offers, each on a run the tier launches for another contract.
+SCHEDULE_RUNS = {"warmup_only": lambda tier: DENSE_NATIVE, "warmup_stable_cosine_decay": lambda tier: SCHEDULE_AND_CLIP,
+                 "linear_decay_to_floor": uninterrupted, "sqrt_decay_to_floor": accumulation}
+
+
+@pytest.mark.parametrize("which", list(SCHEDULE_RUNS))
 def test_learning_rate_follows_the_configured_schedule(tier, titan_runs, record_property, which):
     """The learning rate the optimizer used at each step (read by a pre-step hook inside the
-    run) equals the schedule computed from the configuration alone, from step 1.
+    run) equals the schedule computed from the configuration alone (``fixtures.oracles.
+    lr_schedule``, written from torchtitan's documented schedule), from step 1.
     ``warmup_only``: the write-up's schedule (warmup 600, clamped to the run's 10 steps);
     ``warmup_stable_cosine_decay``: warmup 3, a stable phase, and a cosine decay over the
-    last half to 0.1 of the base rate (``SCHEDULE_AND_CLIP``)."""
-    spec = DENSE_NATIVE if which == "warmup_only" else SCHEDULE_AND_CLIP
-    _expect_configured_schedule(require_trained(titan_runs.get(spec)), tier, record_property)
+    last half to 0.1 of the base rate (``SCHEDULE_AND_CLIP``); ``linear_decay_to_floor``:
+    warmup 2, then linear to 0.2 (the resume contracts' run); ``sqrt_decay_to_floor``: warmup 1,
+    then square root to 0.3 (the accumulation contract's run). A schedule that ignored the
+    floor, or took another decay type, errs by 1e-1 of the rate or more at the last steps."""
+    _expect_configured_schedule(require_trained(titan_runs.get(SCHEDULE_RUNS[which](tier))), tier, record_property)
 
 
 def _clipping_series(run):
@@ -99,6 +107,40 @@ def _group_of(name: str, groups: list[dict]) -> dict:
         if re.search(group["pattern"], name):
             return group
     raise LookupError(f"no configured param group pattern matches parameter {name!r}")
+
+
+
+def test_each_parameter_is_stepped_with_its_configured_param_group(tier, titan_runs):
+    """Every parameter of every rank is in the optimizer param group the config's patterns
+    give it ("Patterns are checked in order; first match wins": torchtitan's ParamGroupConfig),
+    and that group holds the config's settings for it (base lr, betas, eps, weight decay), read inside
+    the run at the first optimizer step. The run configures two groups as users do (the norms
+    without weight decay: ``fixtures.rank.titan.suite_settings.no_decay_on_norms``), so a
+    pattern matched in the wrong order, or a group given another's settings, shows. The AdamW
+    contracts then replay each parameter with its own group's settings."""
+    run = require_trained(titan_runs.get(DENSE_NATIVE_OPTIMIZER_TENSORS))
+    groups = run.resolved_config()["optimizer"]["param_groups"]
+    expect(len(groups) > 1, "the run configures more than one param group", "> 1", len(groups), run)
+    used = set()
+    for rank in range(run.world_size):
+        first = run.probe(probes.optimizer, rank)[0]
+        names, index, held = first["param_names"], first.get("param_group_index"), first["groups"]
+        expect(index is not None and len(index) == len(names), f"rank {rank} recorded each parameter's group",
+               f"{len(names)} indices", index, run)
+        wrong = []
+        for name, i in zip(names, index):
+            configured = _group_of(name, groups)
+            used.add(configured["pattern"])
+            kwargs = configured["optimizer_kwargs"]
+            want = {"initial_lr": float(kwargs["lr"]), "betas": list(kwargs.get("betas", (0.9, 0.999))),
+                    "eps": float(kwargs.get("eps", 1e-8)), "weight_decay": float(kwargs.get("weight_decay", 0.01))}
+            got = {k: held[i].get(k) for k in want}  # initial_lr: the base rate the scheduler scales
+            if got != want:
+                wrong.append(f"{name}: pattern {configured['pattern']!r} wants {want}, its group holds {got}")
+        expect(not wrong, f"rank {rank}: every parameter is stepped with its configured group's settings",
+               "none different", wrong[:5], run, detail=f"{len(wrong)} of {len(names)} parameters")
+    expect(used == {g["pattern"] for g in groups}, "every configured group holds some parameter",
+           sorted(g["pattern"] for g in groups), sorted(used), run)
 
 
 # torchtitan's ``optimizer.implementation`` -> torch's AdamW flags for the same arithmetic
@@ -173,6 +215,27 @@ def _worst_ulps(run, rank: int, steps: int, reference: dict) -> tuple[float, str
     return worst, where
 
 
+
+
+def _adamw_run(titan_runs):
+    """The run whose first optimizer steps are recorded, its configured param groups, its
+    schedule's settings and the number of recorded steps."""
+    run = require_trained(titan_runs.get(DENSE_NATIVE_OPTIMIZER_TENSORS))
+    config = run.resolved_config()
+    return run, config["optimizer"]["param_groups"], training_settings.schedule(config), run.spec.record_optimizer_steps
+
+def _expect_adamw_within(run, contract: str, tolerance: float, unit: str, worst: float, worst_at: str,
+                         compared: int, detail: str) -> None:
+    """Fail ``contract`` when the largest distance of the run's weights from a reference
+    exceeds ``tolerance``, saying where, with the config's param groups and schedule."""
+    __tracebackhide__ = True
+    expect(compared > 0, "the optimizer steps' parameters were recorded", "at least one", compared, run)
+    if worst > tolerance:
+        config = run.resolved_config()
+        fail(contract, f"within {tolerance} {unit} of every weight", f"{worst:.3g} {unit} at {worst_at}", run,
+             detail=f"expected from the config: param groups {config['optimizer']['param_groups']}, schedule "
+                    f"{training_settings.schedule(config)}\n{detail}")
+
 # What a regression of each hyper-parameter plausibly gives: torch's AdamW defaults for betas
 # and weight decay; for eps, which the write-up sets to torch's default, a hundredfold one.
 IGNORED_HYPERPARAMETERS = {"betas": {"betas": (0.9, 0.999)}, "weight_decay": {"weight_decay": 0.01},
@@ -190,10 +253,7 @@ def test_adamw_steps_are_torchs_adamw(tier, titan_runs, record_property):
     decay moves the weights measurably: the contract computes what each would have given
     (``IGNORED_HYPERPARAMETERS``) and requires it to be farther than the tolerance, so it could
     see each one. Every parameter the rank holds is in the optimizer."""
-    run = require_trained(titan_runs.get(DENSE_NATIVE_OPTIMIZER_TENSORS))
-    config = run.resolved_config()
-    groups, schedule = config["optimizer"]["param_groups"], training_settings.schedule(config)
-    steps = run.spec.record_optimizer_steps
+    run, groups, schedule, steps = _adamw_run(titan_runs)
     worst, worst_at, compared = 0.0, None, 0
     power = {name: float("inf") for name in IGNORED_HYPERPARAMETERS}
     for rank in range(run.world_size):
@@ -213,11 +273,8 @@ def test_adamw_steps_are_torchs_adamw(tier, titan_runs, record_property):
     record_property("adamw_max_ulps", worst)
     for name, ulps in power.items():
         record_property(f"adamw_ulps_if_{name}_were_ignored", ulps)
-    expect(compared > 0, "the optimizer steps' parameters were recorded", "at least one", compared, run)
-    if worst > tier.numerics.optimizer_ulps:
-        fail(f"optimizer steps 1..{steps} equal torch's AdamW with the configured param groups",
-             f"within {tier.numerics.optimizer_ulps} ulp of every weight", f"{worst:.3g} ulp at {worst_at}",
-             run, detail=f"expected from the config: param groups {groups}, schedule {schedule}\n"
+    _expect_adamw_within(run, f"optimizer steps 1..{steps} equal torch's AdamW with the configured param groups",
+                         tier.numerics.optimizer_ulps, "ulp", worst, worst_at, compared,
                          f"  the param groups the optimizer stepped with (probe): "
                          f"{[r['groups'] for r in run.probe(probes.optimizer, 0)[:steps]]}\n"
                          f"  distance had each hyper-parameter been ignored: {power}")
@@ -225,6 +282,65 @@ def test_adamw_steps_are_torchs_adamw(tier, titan_runs, record_property):
     expect(not blind, f"over {steps} steps, ignoring betas, eps or weight decay moves some weight by more "
            "than the tolerance (else this contract could not see it)",
            f"> {tier.numerics.optimizer_ulps} ulp for each", blind, run)
+
+
+
+def _formula_distance(run, rank: int, steps: int, groups: list[dict], schedule, **changed) -> tuple[float, str, int]:
+    """The largest distance (``fixtures.oracles.adamw.distance``) over steps 1..``steps`` between
+    rank ``rank``'s weights and AdamW written from its paper in float64 on the same gradients,
+    with each parameter's configured group (``changed`` overrides its settings), where it is,
+    and how many parameters were compared."""
+    names = run.probe(probes.optimizer, rank)[0]["param_names"]
+    dumps = [run.probe(probes.optimizer_tensors, rank, step=step) for step in range(1, steps + 1)]
+    worst, where, compared = 0.0, "nowhere", 0
+    for i in sorted({int(k.split(".")[0][5:]) for k in dumps[0]}):
+        before = dumps[0][f"param{i}.before"]
+        if before.numel() == 0 or f"param{i}.grad" not in dumps[0]:
+            continue
+        kwargs = dict(_group_of(names[i], groups)["optimizer_kwargs"])
+        base_lr = float(kwargs.pop("lr"))
+        settings = adamw.AdamWSettings(**{"betas": tuple(kwargs.get("betas", (0.9, 0.999))),
+                                          "eps": float(kwargs.get("eps", 1e-8)),
+                                          "weight_decay": float(kwargs.get("weight_decay", 0.01)), **changed})
+        rates = lr_schedule.learning_rates(base_lr, schedule, steps)
+        expected = adamw.replay(before, [d[f"param{i}.grad"] for d in dumps], rates, settings)
+        compared += 1
+        for step, dump in enumerate(dumps, start=1):
+            start = dump[f"param{i}.before"] if step == 1 else expected[step - 2]
+            distance, at = adamw.distance(dump[f"param{i}.after"], expected[step - 1], start.float(), rates[step - 1])
+            if distance > worst:
+                worst, where = distance, f"rank {rank} step {step} {names[i]} element {at}"
+    return worst, where, compared
+
+
+def test_adamw_steps_are_the_papers_adamw_in_float64(tier, titan_runs, record_property):
+    """Steps 1 to ``ADAMW_STEPS`` of the run equal AdamW as its paper writes it (Loshchilov &
+    Hutter, Algorithm 2, in torch's documented form: ``fixtures.oracles.adamw``), computed in
+    float64 with elementwise arithmetic from the weights the run started from and the gradients
+    each rank recorded, with each parameter's configured group and the schedule's rate: within
+    the tier's ``optimizer_formula_ulps`` (units of one ulp of the weight plus 2^-24 of the
+    step's learning rate: ``fixtures.oracles.adamw.distance``) on every rank's shards. Unlike ``test_adamw_steps_are_torchs_adamw``, whose
+    reference runs torch's own AdamW kernel, this oracle shares no code with the run's
+    optimizer, so a regression inside torch's fused AdamW shows here. The contract also
+    computes what an optimizer whose second moment used beta1 (a bias-correction or moment
+    regression of the kernel) would give, and requires it to be farther than the tolerance."""
+    run, groups, schedule, steps = _adamw_run(titan_runs)
+    worst, worst_at, compared = 0.0, "nowhere", 0
+    for rank in range(run.world_size):
+        distance, where, count = _formula_distance(run, rank, steps, groups, schedule)
+        compared += count
+        if distance > worst:
+            worst, worst_at = distance, where
+    betas = tuple(groups[0]["optimizer_kwargs"].get("betas", (0.9, 0.999)))
+    power = _formula_distance(run, 0, steps, groups, schedule, betas=(betas[0], betas[0]))[0]
+    record_property("adamw_formula_max_units", worst)
+    record_property("adamw_formula_units_if_beta2_were_beta1", power)
+    _expect_adamw_within(run, f"optimizer steps 1..{steps} equal AdamW written from its paper, in float64",
+                         tier.numerics.optimizer_formula_ulps, "units", worst, worst_at, compared,
+                         "  the oracle shares no kernel with torch.optim (fixtures/oracles/adamw.py)")
+    expect(power > tier.numerics.optimizer_formula_ulps, "an AdamW whose second moment used beta1 would be "
+           "farther than the tolerance (else this contract could not see such a regression)",
+           f"> {tier.numerics.optimizer_formula_ulps}", power, run)
 
 
 def _microbatches(run, rank: int = 0) -> dict[int, list[dict]]:
@@ -412,7 +528,7 @@ def test_activation_checkpointing_saves_less_for_the_backward(titan_runs, record
     tensors itself."""
     with_ac = require_trained(titan_runs.get(DENSE_NATIVE))
     without = titan_runs.get(DENSE_NATIVE_NO_AC)
-    if not without.ok and not (without.probe_dir / probe_files.probe(probes.saved_for_backward, 0)).exists():
+    if not without.ok and not probes.saved_for_backward.SPEC.path(without.probe_dir, 0).exists():
         # a model that does not fit without AC (a 4B model in a NeuronCore's memory) shows it
         # by running out of memory in that first forward: the evidence, if that is how it died
         failure = without.failure_text()
