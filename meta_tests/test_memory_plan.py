@@ -172,3 +172,19 @@ def test_a_rehearsal_plans_the_model_dir_on_paper(tmp_path, host):
         assert " 64 ranks  7.672 GiB a rank of 24 GiB: fits (state 959 MiB" in out, out
         assert out.count("memory: 0 of 27 launches do not fit") == 2, out  # the tiny model's and Qwen3-4B's
     assert "MiB a logical core" in out, out  # the rehearsal's own core, planned for its tiny model
+
+
+def test_the_run_cache_refuses_before_launching_and_says_what_was_not_run(tmp_path):
+    """The run cache's check before every launch: on the pod's two cores a Qwen3-4B run is
+    not launched (``DoesNotFit``), and the session's record of what was not run names it."""
+    from fixtures.data.assets import Assets
+    from fixtures.runs.cache import RunCache
+    from fixtures.runs.catalogue import Catalogue, Entry
+    from fixtures.runs.inputs import RunInputs
+
+    tier = _trn2(tmp_path, cores=POD_CORES)
+    cache = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path), tmp_path),
+                     runs=Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE)]))
+    with pytest.raises(memory_plan.DoesNotFit, match="dense_native steps=10 was not launched"):
+        cache.require_budget_and_disk(DENSE_NATIVE)
+    assert cache.not_launched == [{"run": "dense_native steps=10", "why": "does not fit in device memory"}]
