@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.launch import kernel_worker
 from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507, TINY
 from fixtures.runs import memory_plan, model_size, session_plan
 from fixtures.runs.catalogue import CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_NO_AC
@@ -126,7 +127,7 @@ def test_full_activation_checkpointing_keeps_one_input_per_layer(tmp_path):
     assert none.activations == 36 * layer and full.state == none.state
 
 
-def test_the_rehearsal_core_is_planned_for_the_model_it_runs(tmp_path):
+def test_the_rehearsal_core_is_planned_for_the_model_it_runs(tmp_path, monkeypatch):
     """The rehearsal's ranks get twice the largest planned peak of the tiny model's training
     runs on the host (the stand-in device reads it from their environment), so the plan fits
     there and a rank holding more than twice its plan does not; the kernel device worker gets
@@ -141,6 +142,9 @@ def test_the_rehearsal_core_is_planned_for_the_model_it_runs(tmp_path):
                    for e in CATALOGUE.entries(tier) if e.trains)
         assert tier.device_memory_bytes == int(2 * peak) == int(dict(tier.rank_env)[REHEARSAL_MEMORY_ENV])
         assert dict(tier.kernel_env)[REHEARSAL_MEMORY_ENV] == str(24 * GIB)
+        monkeypatch.setattr(kernel_worker, "_settings", kernel_worker._settings)  # restored after the test
+        kernel_worker.configure(tier)  # the worker's environment: the kernel's cap over the ranks'
+        assert dict(kernel_worker._settings.env)[REHEARSAL_MEMORY_ENV] == str(24 * GIB)
         assert not planned.not_fitting() and tier.device_memory_bytes < 64 << 20
     paper = on_paper(tier, QWEN3_4B_DIR)
     assert (paper.nproc_per_node, paper.first_core, paper.seq_len, paper.device_memory_bytes) == (2, 16, 4096, 24 * GIB)
