@@ -50,7 +50,7 @@ def test_every_rank_fits_its_logical_core(tier, titan_runs, name):
     """Every rank's peak device memory (torchtitan's ``memory/max_reserved(GiB)``, from the
     device module's statistics) is measured and within one logical NeuronCore's memory at
     the session's LNC: 24 GiB at LNC=2 on Trainium2 (the tier profile's figure, with its
-    source; the rehearsal's cap is scaled to its tiny model)."""
+    source; the rehearsal's cap is planned for its tiny model, fixtures.runs.memory_plan)."""
     run = require_trained(titan_runs.get(CATALOGUE.spec(name, tier)))
     capacity_gib = tier.device_memory_bytes / 2**30
     for rank in range(run.world_size):
