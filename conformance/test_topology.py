@@ -138,13 +138,14 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
     its device, ``neuron-ls -j`` (taken inside the run) lists each rank's process as using a
     device, each device as many rank processes as there are ranks whose own core (the
     ``NEURON_RT_VISIBLE_CORES`` the rank ran with) is one of the device's logical cores as
-    neuron-ls numbers them (all of them on a whole instance, fewer in a pod given some
-    cores), and no other process using the runtime on those devices."""
+    neuron-ls numbers them (its ``neuroncore_ids``, or where neuron-ls 2.22 to 2.24 lists none
+    the ids its ``nc_count`` gives each device; all of them on a whole instance, fewer in a pod
+    given some cores), and no other process using the runtime on those devices."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     listing = run.probe_json(probe_files.neuron_ls())
     if listing.get("devices") is not None:
         held = neuron_host.neuron_processes(listing["devices"])
-        device_cores = {d["neuron_device"]: list(d.get("neuroncore_ids") or []) for d in listing["devices"]}
+        device_cores = neuron_host.json_device_cores(listing["devices"])  # 2.22-2.24: no neuroncore_ids
         tool = "neuron-ls -j"
     else:  # a neuron-ls without -j (Neuron 2.21): its plain -a table
         expect(bool(listing.get("plain")), "neuron-ls -j or -a ran inside the run", "a device list", listing, run)

@@ -156,6 +156,15 @@ def test_every_documented_neuron_ls_layout_gives_the_same_cores(output):
     assert neuron_host.physical_cores_per_device(output, 2) == 8
 
 
+def test_json_without_core_ids_gives_the_same_cores():
+    """``neuron-ls -j`` of Neuron 2.22 to 2.24 (neuron-ls.rst at 2ae3525e) has no
+    ``neuroncore_ids``: device d with nc_count 4 holds 4d .. 4d+3, as 2.25's ids say."""
+    old = [{"neuron_device": 0, "nc_count": 4}, {"neuron_device": 15, "nc_count": 4}]
+    new = [{**d, "neuroncore_ids": list(range(4 * d["neuron_device"], 4 * d["neuron_device"] + 4))} for d in old]
+    assert neuron_host.json_device_cores(old) == neuron_host.json_device_cores(new) == {0: [0, 1, 2, 3],
+                                                                                        15: [60, 61, 62, 63]}
+
+
 def test_the_plain_process_table_stands_in_for_json():
     """``neuron-ls -a`` (what a tool without -j offers): runtime processes by device, the
     tools themselves (runtime version NA) left out."""
@@ -255,6 +264,29 @@ def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
         tier_profile.require_trn2(found, tmp_path / "empty")
     profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
     assert (profile.vocab_size, profile.nproc_per_node) == (151936, 64)
+
+
+def test_neuron_ls_off_path_is_found_in_the_tools_folder_and_said(tmp_path):
+    """A shell without the install templates' ``export PATH=/opt/aws/neuron/bin:$PATH``: neuron-ls
+    is run from the Neuron tools' folder (``CONFORMANCE_NEURON_BIN_DIR``, default
+    /opt/aws/neuron/bin), and the detection says it was found there, not on PATH."""
+    from fixtures.rank.neuron_env import NEURON_BIN_ENV, find_neuron_ls
+
+    dev, bin_dir = _standin_host(tmp_path)
+    system = "/usr/bin:/bin"  # what the stand-in's shell script needs (cat), and no neuron-ls
+    assert find_neuron_ls({"PATH": system, NEURON_BIN_ENV: str(tmp_path / "empty")})[0] is None
+    env = {"PATH": system, NEURON_BIN_ENV: str(bin_dir)}
+    found = neuron_host.detect_neuron(dev_dir=str(dev), env=env, torch_neuron_probe=lambda: "available")
+    assert found.neuron_ls_path == str(bin_dir / "neuron-ls") and found.instance == "trn2.48xlarge"
+    assert found.neuron_ls_where.startswith(f"in {bin_dir}, not on PATH"), found.neuron_ls_where
+    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).detection["neuron_ls_where"] == found.neuron_ls_where
+    on_path = find_neuron_ls({"PATH": str(bin_dir), NEURON_BIN_ENV: str(tmp_path / "empty")})
+    assert on_path == (str(bin_dir / "neuron-ls"), f"on PATH ({bin_dir / 'neuron-ls'})")
+    nowhere = neuron_host.detect_neuron(dev_dir=str(dev), env={"PATH": "", NEURON_BIN_ENV: str(tmp_path)},
+                                        torch_neuron_probe=lambda: "available")
+    assert f"neuron-ls not on PATH, nor in {tmp_path} ({NEURON_BIN_ENV})" in "; ".join(nowhere.missing)
+    assert neuron_host.list_neuron_processes(env={"PATH": "", NEURON_BIN_ENV: str(tmp_path)}).startswith(
+        "neuron-ls not on PATH, nor in")
 
 
 def test_no_device_names_every_missing_piece(tmp_path):
