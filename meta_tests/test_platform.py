@@ -233,7 +233,7 @@ def test_ranks_are_the_cores_the_host_exposes(tmp_path):
 
 
 @pytest.mark.parametrize(("devices", "listed", "env", "message"), [
-    (4, 16, {}, r"neuron-ls lists devices \[0, 1, .*\] but /dev has neuron\[0, 1, 2, 3\]"),
+    (16, 4, {}, r"/dev has neuron\[4, 5, .*, 15\] but neuron-ls lists devices \[0, 1, 2, 3\]"),
     (16, 16, {"NEURON_RT_VISIBLE_CORES": "60-67"}, "NEURON_RT_VISIBLE_CORES=60-67 names cores neuron-ls does not list"),
     (16, 16, {"NEURON_RT_VISIBLE_CORES": "3,5"}, "is not contiguous"),
 ])
@@ -242,6 +242,28 @@ def test_views_of_the_cores_that_disagree_are_a_usage_error(tmp_path, devices, l
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env=env,
                                        torch_neuron_probe=lambda: "available")
     with pytest.raises(neuron_host.NeuronUnavailable, match=message):
+        tier_profile.require_trn2(found, _model_dir(tmp_path))
+
+
+def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_devices(tmp_path):
+    """neuron-ls "identifies all Neuron devices present in the current instance" (neuron-ls.rst):
+    in a container given /dev/neuron4 and /dev/neuron5 it may list all 16 devices with the
+    instance lines. The ranks are the cores of the container's own devices (16-23), narrowed by
+    NEURON_RT_VISIBLE_CORES; visible cores on another device are refused; the source is said."""
+    dev, bin_dir = _standin_host(tmp_path)
+    for node in dev.iterdir():
+        if node.name not in ("neuron4", "neuron5"):
+            node.unlink()
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={}, torch_neuron_probe=lambda: "available")
+    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
+    assert (profile.nproc_per_node, profile.first_core, found.cores) == (8, 16, list(range(16, 24)))
+    assert "the cores of /dev/neuron{4,5} (8 of the 64 neuron-ls lists" in found.core_source, found.core_source
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "20-23"},
+                                      torch_neuron_probe=lambda: "available")
+    assert (found.cores, found.core_source.split(",")[0]) == ([20, 21, 22, 23], "NEURON_RT_VISIBLE_CORES=20-23")
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "0-3"},
+                                      torch_neuron_probe=lambda: "available")
+    with pytest.raises(neuron_host.NeuronUnavailable, match=r"NEURON_RT_VISIBLE_CORES=0-3 names cores .* \(/dev/neuron\* hold 16-23\)"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 

@@ -99,7 +99,8 @@ def test_the_standin_neuron_ls_prints_each_documented_layout(tmp_path):
     """The stand-in prints the layout of the host's tools: CORE IDS and -j on the 2.25 layout,
     neither on the 2.21 one (where -j is refused as an unknown option), -j without
     neuroncore_ids and a table without CORE IDS on the 2.22 one, host PIDs in a
-    container, no instance-type line without instance metadata."""
+    container, no instance-type line without instance metadata, and in a container whose
+    neuron-ls sees the instance every device of it (its /dev has only its own)."""
     def neuron_ls(host: str, *args: str) -> subprocess.CompletedProcess:
         env = rehearsal_env.clean_env(NEURON_REHEARSAL_HOST=str(rehearsal.HOSTS_DIR / f"{host}.json"),
                                       NEURON_REHEARSAL_LOCK_DIR=str(tmp_path / "locks"))
@@ -120,7 +121,11 @@ def test_the_standin_neuron_ls_prints_each_documented_layout(tmp_path):
     devices = json.loads(neuron_ls("tools-2.22", "-j").stdout)
     assert len(devices) == 16 and not {"neuroncore_ids", "cpu_affinity", "numa_node"} & set(devices[0]), devices[0]
     assert devices[15]["nc_count"] == 4 and devices[0]["connected_to"] == [12, 3, 4, 1]
-    pod = neuron_ls("container-subset").stdout
-    assert "instance-type" not in pod and "16-19" in pod and "20-23" in pod
-    assert [int(d) for d in re.findall(r"^\| (\d+) ", pod, re.M)] == [4, 5], pod
-    assert json.loads(neuron_ls("container-subset", "-j").stdout)[0]["neuron_device"] == 4
+    pod = neuron_ls("eks-pod-two-cores").stdout
+    assert "instance-type" not in pod and "16-19" in pod
+    assert [int(d) for d in re.findall(r"^\| (\d+) ", pod, re.M)] == [4], pod
+    assert json.loads(neuron_ls("eks-pod-two-cores", "-j").stdout)[0]["neuron_device"] == 4
+    container = neuron_ls("container-subset").stdout  # every device of the instance, /dev has 4 and 5
+    assert "instance-type: trn2.48xlarge" in container
+    assert [int(d) for d in re.findall(r"^\| (\d+) ", container, re.M)] == list(range(16)), container
+    assert len(json.loads(neuron_ls("container-subset", "-j").stdout)) == 16
