@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.launch import neighbours
 from fixtures.tiers import neuron_host, tier_profile
 from fixtures.tiers import topology
 from fixtures.repo import SESSION_ENV, WRITEUP_MODULES_DIR
@@ -417,8 +418,9 @@ def test_the_suite_does_not_force_compiler_wrapper_flags(tmp_path):
 
 
 def test_cores_another_process_holds_are_named_before_a_launch(tmp_path):
-    """Another user's or container's process using the runtime on a device of the session's
-    cores (neuron-ls -j) is named with its pid and device; one on another device is not."""
+    """Another user's or container's process using the runtime on a device all of whose cores
+    are the session's (neuron-ls -j) is refused, named with its pid and device, without asking
+    the runtime; one on another device is not."""
     import json
 
     listing = [{"neuron_device": 0, "nc_count": 4, "neuroncore_ids": [0, 1, 2, 3],
@@ -432,6 +434,7 @@ def test_cores_another_process_holds_are_named_before_a_launch(tmp_path):
     tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(listing)}\nEOF\n")
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    users = neuron_host.foreign_core_users([0, 1, 2, 3], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, set(), env=env)
-    assert users == ["pid 999999 (not visible here (another PID namespace?)) on device 0"], users
-    assert neuron_host.foreign_core_users([4], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, {999997}, env=env) == []
+    found = neighbours.check([0, 1, 2, 3], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, set(), env=env)
+    assert found.refused == ("pid 999999 (not visible here (another PID namespace?)) on device 0: every core of that "
+                             "device is the session's (neuron-ls)"), found
+    assert neighbours.check([4], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, {999997}, env=env) == neighbours.CoreCheck()

@@ -41,7 +41,7 @@ def _session(tmp_path: Path, host: str, *args: str) -> subprocess.CompletedProce
 def test_the_matrix_has_the_hosts_users_have():
     """Each host of issue #31's list has a file, and every file names its sources."""
     assert {"trn2.48xlarge", "trn2n.48xlarge", "trn2u.48xlarge", "trn2.3xlarge", "container-subset",
-            "lnc-disagreement", "older-tools", "tools-off-path", "tools-2.22"} <= set(HOSTS)
+            "lnc-disagreement", "older-tools", "tools-off-path", "tools-2.22", "pod-with-neighbour"} <= set(HOSTS)
     for name in HOSTS:
         host = rehearsal.load_host(name)
         assert host["sources"] and host["expect"], name
