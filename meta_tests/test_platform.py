@@ -95,7 +95,8 @@ def test_lnc_env_disagreeing_with_neuron_ls_is_refused(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
                                       torch_neuron_probe=lambda: "available")
     with pytest.raises(neuron_host.NeuronUnavailable,
-                       match="NEURON_LOGICAL_NC_CONFIG=1 but neuron-ls reports logical-neuroncore-config: 2"):
+                       match="the LNC controls disagree: neuron-ls's logical-neuroncore-config .* says 2; "
+                             "NEURON_LOGICAL_NC_CONFIG in the environment says 1"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "2"},
                                       torch_neuron_probe=lambda: "available")
@@ -438,3 +439,29 @@ def test_cores_another_process_holds_are_named_before_a_launch(tmp_path):
     assert found.refused == ("pid 999999 (not visible here (another PID namespace?)) on device 0: every core of that "
                              "device is the session's (neuron-ls)"), found
     assert neighbours.check([4], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, {999997}, env=env) == neighbours.CoreCheck()
+
+
+def test_lnc_comes_from_every_documented_control_and_a_disagreement_names_them(tmp_path):
+    """The node's file (/opt/aws/neuron/logical_nc_config, CONFORMANCE_NEURON_LNC_FILE),
+    neuron-ls's report (the host's or DRA's per-workload LNC), NEURON_LOGICAL_NC_CONFIG and
+    NEURON_RT_VIRTUAL_CORE_SIZE: the LNC is theirs where they agree, the source is said, and a
+    disagreement is refused naming each control and its value."""
+    from fixtures.tiers import lnc_controls
+
+    node_file = tmp_path / "logical_nc_config"
+    node_file.write_text("# launch template\nNEURON_LOGICAL_NC_CONFIG=1")
+    env = {lnc_controls.LNC_FILE_ENV: str(node_file)}
+    lnc, problem, source = lnc_controls.session_lnc(env, 1, "trn2.48xlarge")
+    assert (lnc, problem) == (1, None) and f"the node's file {node_file}" in source and "neuron-ls" in source
+    lnc, problem, _ = lnc_controls.session_lnc({**env, "NEURON_RT_VIRTUAL_CORE_SIZE": "2"}, 1, "trn2.48xlarge")
+    assert lnc is None and problem.startswith("the LNC controls disagree: neuron-ls's"), problem
+    assert f"the node's file {node_file} says 1; NEURON_RT_VIRTUAL_CORE_SIZE in the environment says 2" in problem
+    lnc, problem, source = lnc_controls.session_lnc({lnc_controls.LNC_FILE_ENV: str(tmp_path / "none"),
+                                                     "NEURON_RT_VIRTUAL_CORE_SIZE": "2", topology.LNC_ENV: "2"},
+                                                    None, "trn2.3xlarge")
+    assert (lnc, problem) == (2, None) and source == ("NEURON_LOGICAL_NC_CONFIG in the environment and "
+                                                      "NEURON_RT_VIRTUAL_CORE_SIZE in the environment"), source
+    lnc, _, source = lnc_controls.session_lnc({lnc_controls.LNC_FILE_ENV: str(tmp_path / "none")}, None, "trn2.3xlarge")
+    assert (lnc, source) == (2, "no control is set: the trn2.3xlarge default")
+    node_file.write_text("NEURON_LOGICAL_NC_CONFIG=two")
+    assert "not a number" in lnc_controls.session_lnc(env, None, "trn2.48xlarge")[1]

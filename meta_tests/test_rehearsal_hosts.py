@@ -41,7 +41,8 @@ def _session(tmp_path: Path, host: str, *args: str) -> subprocess.CompletedProce
 def test_the_matrix_has_the_hosts_users_have():
     """Each host of issue #31's list has a file, and every file names its sources."""
     assert {"trn2.48xlarge", "trn2n.48xlarge", "trn2u.48xlarge", "trn2.3xlarge", "container-subset",
-            "lnc-disagreement", "older-tools", "tools-off-path", "tools-2.22", "pod-with-neighbour"} <= set(HOSTS)
+            "lnc-disagreement", "older-tools", "tools-off-path", "tools-2.22", "pod-with-neighbour",
+            "virtual-core-size", "lnc-file"} <= set(HOSTS)
     for name in HOSTS:
         host = rehearsal.load_host(name)
         assert host["sources"] and host["expect"], name
@@ -83,6 +84,8 @@ def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sess
     assert plan.returncode == 0, out
     where = expect.get("neuron_ls_where", "on PATH (")
     assert re.search(rf"^neuron-ls: .*{re.escape(where)}", out, re.M), f"neuron-ls not found {where}:\n{out}"
+    if "lnc_source" in expect:
+        assert re.search(rf"^LNC \d set by: .*{re.escape(expect['lnc_source'])}", out, re.M), out
     ranks = {int(n) for n in re.findall(r"(\d+) ranks", out)}
     assert expect["ranks"] in ranks, f"no launch of {expect['ranks']} ranks in the plan:\n{out}"
     run = host_sessions[host]["run"]
