@@ -256,7 +256,8 @@ def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_de
     for node in dev.iterdir():
         if node.name not in ("neuron4", "neuron5"):
             node.unlink()
-    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={}, torch_neuron_probe=lambda: "available")
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+                                      torch_neuron_probe=lambda: "available")
     profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
     assert (profile.nproc_per_node, profile.first_core, found.cores) == (8, 16, list(range(16, 24)))
     assert "the cores of /dev/neuron{4,5} (8 of the 64 neuron-ls lists" in found.core_source, found.core_source
@@ -265,7 +266,8 @@ def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_de
     assert (found.cores, found.core_source.split(",")[0]) == ([20, 21, 22, 23], "NEURON_RT_VISIBLE_CORES=20-23")
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "0-3"},
                                       torch_neuron_probe=lambda: "available")
-    with pytest.raises(neuron_host.NeuronUnavailable, match=r"NEURON_RT_VISIBLE_CORES=0-3 names cores .* \(/dev/neuron\* hold 16-23\)"):
+    with pytest.raises(neuron_host.NeuronUnavailable,
+                       match=r"NEURON_RT_VISIBLE_CORES=0-3 names cores .* \(/dev/neuron\* hold 16-23\)"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 

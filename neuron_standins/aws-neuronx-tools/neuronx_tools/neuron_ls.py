@@ -160,7 +160,8 @@ def as_json(h: dict) -> list[dict]:
             entry.update({"cpu_affinity": d["cpu"], "numa_node": d["numa"]})
         if d["connected"] is not None:
             entry["connected_to"] = d["connected"]
-        entry.update({"nc_count": d["nc"], "logical_neuroncore_config": core_locks.host_lnc(h), "memory_size": MEMORY_BYTES})
+        entry.update({"nc_count": d["nc"], "logical_neuroncore_config": core_locks.host_lnc(h),
+                      "memory_size": MEMORY_BYTES})
         if new:
             entry["neuroncore_ids"] = d["ids"]
         entry["neuron_processes"] = processes(h, d["ids"])
