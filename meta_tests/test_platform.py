@@ -306,6 +306,9 @@ def test_neuron_ls_off_path_is_found_in_the_tools_folder_and_said(tmp_path):
     assert found.neuron_ls_path == str(bin_dir / "neuron-ls") and found.instance == "trn2.48xlarge"
     assert found.neuron_ls_where.startswith(f"in {bin_dir}, not on PATH"), found.neuron_ls_where
     assert tier_profile.require_trn2(found, _model_dir(tmp_path)).detection["neuron_ls_where"] == found.neuron_ls_where
+    from reports import neuron_debug  # the failure bundle's neuron-ls -a, found there too
+
+    assert "instance-type: trn2.48xlarge" in neuron_debug.neuron_ls_all(env)
     on_path = find_neuron_ls({"PATH": str(bin_dir), NEURON_BIN_ENV: str(tmp_path / "empty")})
     assert on_path == (str(bin_dir / "neuron-ls"), f"on PATH ({bin_dir / 'neuron-ls'})")
     nowhere = neuron_host.detect_neuron(dev_dir=str(dev), env={"PATH": "", NEURON_BIN_ENV: str(tmp_path)},
