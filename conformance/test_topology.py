@@ -8,14 +8,16 @@ logical core, and ``data_parallel_shard_degree=-1`` shards parameters over all r
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fixtures.tiers import neuron_host, topology
-from fixtures.rank import probes
+from fixtures.rank import probes, run_files
 from fixtures.runs.plan import WRITEUP_FLAGS
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.runs.catalogue import DENSE_NATIVE, rank_scaling, two_nodes
@@ -138,13 +140,16 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
     its device, ``neuron-ls -j`` (taken inside the run) lists each rank's process as using a
     device, each device as many rank processes as there are ranks whose own core (the
     ``NEURON_RT_VISIBLE_CORES`` the rank ran with) is one of the device's logical cores as
-    neuron-ls numbers them (all of them on a whole instance, fewer in a pod given some
-    cores), and no other process using the runtime on those devices."""
+    neuron-ls numbers them (its ``neuroncore_ids``, or where neuron-ls 2.22 to 2.24 lists none
+    the ids its ``nc_count`` gives each device; all of them on a whole instance, fewer in a pod
+    given some cores), and no other process using the runtime on those devices but the
+    neighbours listed on shared devices before the launch (other containers' processes on the
+    devices' other cores: containers share devices, not cores; build-run-container.rst)."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     listing = run.probe(probes.neuron_ls)
     if listing.get("devices") is not None:
         held = neuron_host.neuron_processes(listing["devices"])
-        device_cores = {d["neuron_device"]: list(d.get("neuroncore_ids") or []) for d in listing["devices"]}
+        device_cores = neuron_host.json_device_cores(listing["devices"])  # 2.22-2.24: no neuroncore_ids
         tool = "neuron-ls -j"
     else:  # a neuron-ls without -j (Neuron 2.21): its plain -a table
         expect(bool(listing.get("plain")), "neuron-ls -j or -a ran inside the run", "a device list", listing, run)
@@ -153,6 +158,9 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
         tool = "neuron-ls -a"
     expect(bool(device_cores) and all(device_cores.values()), f"{tool} lists each device's logical core ids",
            "ids per device", device_cores, run)
+    neighbours_file = Path(run.run_dir) / run_files.NEIGHBOURS  # other containers' processes, other cores
+    neighbours = set(json.loads(neighbours_file.read_text())["pids"]) if neighbours_file.is_file() else set()
+    held = {pid: dev for pid, dev in held.items() if pid not in neighbours}
     rank_cores = [int(run.probe(probes.parallel, r)["env"]["NEURON_RT_VISIBLE_CORES"]) for r in range(run.world_size)]
     per_device = {dev: sum(1 for core in rank_cores if core in ids) for dev, ids in device_cores.items()}
     ranks = {run.probe(probes.parallel, r)["pid"]: r for r in range(run.world_size)}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.launch import neighbours
 from fixtures.tiers import neuron_host, tier_profile
 from fixtures.tiers import topology
 from fixtures.repo import SESSION_ENV, WRITEUP_MODULES_DIR
@@ -94,7 +95,8 @@ def test_lnc_env_disagreeing_with_neuron_ls_is_refused(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
                                       torch_neuron_probe=lambda: "available")
     with pytest.raises(neuron_host.NeuronUnavailable,
-                       match="NEURON_LOGICAL_NC_CONFIG=1 but neuron-ls reports logical-neuroncore-config: 2"):
+                       match="the LNC controls disagree: neuron-ls's logical-neuroncore-config .* says 2; "
+                             "NEURON_LOGICAL_NC_CONFIG in the environment says 1"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "2"},
                                       torch_neuron_probe=lambda: "available")
@@ -154,6 +156,15 @@ def test_every_documented_neuron_ls_layout_gives_the_same_cores(output):
     assert neuron_host.neuron_ls_devices(output) == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
     assert neuron_host.table_lnc(output) == 2
     assert neuron_host.physical_cores_per_device(output, 2) == 8
+
+
+def test_json_without_core_ids_gives_the_same_cores():
+    """``neuron-ls -j`` of Neuron 2.22 to 2.24 (neuron-ls.rst at 2ae3525e) has no
+    ``neuroncore_ids``: device d with nc_count 4 holds 4d .. 4d+3, as 2.25's ids say."""
+    old = [{"neuron_device": 0, "nc_count": 4}, {"neuron_device": 15, "nc_count": 4}]
+    new = [{**d, "neuroncore_ids": list(range(4 * d["neuron_device"], 4 * d["neuron_device"] + 4))} for d in old]
+    assert neuron_host.json_device_cores(old) == neuron_host.json_device_cores(new) == {0: [0, 1, 2, 3],
+                                                                                        15: [60, 61, 62, 63]}
 
 
 def test_the_plain_process_table_stands_in_for_json():
@@ -224,7 +235,7 @@ def test_ranks_are_the_cores_the_host_exposes(tmp_path):
 
 
 @pytest.mark.parametrize(("devices", "listed", "env", "message"), [
-    (4, 16, {}, r"neuron-ls lists devices \[0, 1, .*\] but /dev has neuron\[0, 1, 2, 3\]"),
+    (16, 4, {}, r"/dev has neuron\[4, 5, .*, 15\] but neuron-ls lists devices \[0, 1, 2, 3\]"),
     (16, 16, {"NEURON_RT_VISIBLE_CORES": "60-67"}, "NEURON_RT_VISIBLE_CORES=60-67 names cores neuron-ls does not list"),
     (16, 16, {"NEURON_RT_VISIBLE_CORES": "3,5"}, "is not contiguous"),
 ])
@@ -233,6 +244,30 @@ def test_views_of_the_cores_that_disagree_are_a_usage_error(tmp_path, devices, l
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env=env,
                                        torch_neuron_probe=lambda: "available")
     with pytest.raises(neuron_host.NeuronUnavailable, match=message):
+        tier_profile.require_trn2(found, _model_dir(tmp_path))
+
+
+def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_devices(tmp_path):
+    """neuron-ls "identifies all Neuron devices present in the current instance" (neuron-ls.rst):
+    in a container given /dev/neuron4 and /dev/neuron5 it may list all 16 devices with the
+    instance lines. The ranks are the cores of the container's own devices (16-23), narrowed by
+    NEURON_RT_VISIBLE_CORES; visible cores on another device are refused; the source is said."""
+    dev, bin_dir = _standin_host(tmp_path)
+    for node in dev.iterdir():
+        if node.name not in ("neuron4", "neuron5"):
+            node.unlink()
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+                                      torch_neuron_probe=lambda: "available")
+    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
+    assert (profile.nproc_per_node, profile.first_core, found.cores) == (8, 16, list(range(16, 24)))
+    assert "the cores of /dev/neuron{4,5} (8 of the 64 neuron-ls lists" in found.core_source, found.core_source
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "20-23"},
+                                      torch_neuron_probe=lambda: "available")
+    assert (found.cores, found.core_source.split(",")[0]) == ([20, 21, 22, 23], "NEURON_RT_VISIBLE_CORES=20-23")
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "0-3"},
+                                      torch_neuron_probe=lambda: "available")
+    with pytest.raises(neuron_host.NeuronUnavailable,
+                       match=r"NEURON_RT_VISIBLE_CORES=0-3 names cores .* \(/dev/neuron\* hold 16-23\)"):
         tier_profile.require_trn2(found, _model_dir(tmp_path))
 
 
@@ -255,6 +290,32 @@ def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
         tier_profile.require_trn2(found, tmp_path / "empty")
     profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
     assert (profile.vocab_size, profile.nproc_per_node) == (151936, 64)
+
+
+def test_neuron_ls_off_path_is_found_in_the_tools_folder_and_said(tmp_path):
+    """A shell without the install templates' ``export PATH=/opt/aws/neuron/bin:$PATH``: neuron-ls
+    is run from the Neuron tools' folder (``CONFORMANCE_NEURON_BIN_DIR``, default
+    /opt/aws/neuron/bin), and the detection says it was found there, not on PATH."""
+    from fixtures.rank.neuron_env import NEURON_BIN_ENV, find_neuron_ls
+
+    dev, bin_dir = _standin_host(tmp_path)
+    system = "/usr/bin:/bin"  # what the stand-in's shell script needs (cat), and no neuron-ls
+    assert find_neuron_ls({"PATH": system, NEURON_BIN_ENV: str(tmp_path / "empty")})[0] is None
+    env = {"PATH": system, NEURON_BIN_ENV: str(bin_dir)}
+    found = neuron_host.detect_neuron(dev_dir=str(dev), env=env, torch_neuron_probe=lambda: "available")
+    assert found.neuron_ls_path == str(bin_dir / "neuron-ls") and found.instance == "trn2.48xlarge"
+    assert found.neuron_ls_where.startswith(f"in {bin_dir}, not on PATH"), found.neuron_ls_where
+    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).detection["neuron_ls_where"] == found.neuron_ls_where
+    from reports import neuron_debug  # the failure bundle's neuron-ls -a, found there too
+
+    assert "instance-type: trn2.48xlarge" in neuron_debug.neuron_ls_all(env)
+    on_path = find_neuron_ls({"PATH": str(bin_dir), NEURON_BIN_ENV: str(tmp_path / "empty")})
+    assert on_path == (str(bin_dir / "neuron-ls"), f"on PATH ({bin_dir / 'neuron-ls'})")
+    nowhere = neuron_host.detect_neuron(dev_dir=str(dev), env={"PATH": "", NEURON_BIN_ENV: str(tmp_path)},
+                                        torch_neuron_probe=lambda: "available")
+    assert f"neuron-ls not on PATH, nor in {tmp_path} ({NEURON_BIN_ENV})" in "; ".join(nowhere.missing)
+    assert neuron_host.list_neuron_processes(env={"PATH": "", NEURON_BIN_ENV: str(tmp_path)}).startswith(
+        "neuron-ls not on PATH, nor in")
 
 
 def test_no_device_names_every_missing_piece(tmp_path):
@@ -363,8 +424,9 @@ def test_the_suite_does_not_force_compiler_wrapper_flags(tmp_path):
 
 
 def test_cores_another_process_holds_are_named_before_a_launch(tmp_path):
-    """Another user's or container's process using the runtime on a device of the session's
-    cores (neuron-ls -j) is named with its pid and device; one on another device is not."""
+    """Another user's or container's process using the runtime on a device all of whose cores
+    are the session's (neuron-ls -j) is refused, named with its pid and device, without asking
+    the runtime; one on another device is not."""
     import json
 
     listing = [{"neuron_device": 0, "nc_count": 4, "neuroncore_ids": [0, 1, 2, 3],
@@ -378,6 +440,33 @@ def test_cores_another_process_holds_are_named_before_a_launch(tmp_path):
     tool.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(listing)}\nEOF\n")
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    users = neuron_host.foreign_core_users([0, 1, 2, 3], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, set(), env=env)
-    assert users == ["pid 999999 (not visible here (another PID namespace?)) on device 0"], users
-    assert neuron_host.foreign_core_users([4], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, {999997}, env=env) == []
+    found = neighbours.check([0, 1, 2, 3], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, set(), env=env)
+    assert found.refused == ("pid 999999 (not visible here (another PID namespace?)) on device 0: every core of that "
+                             "device is the session's (neuron-ls)"), found
+    assert neighbours.check([4], {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, {999997}, env=env) == neighbours.CoreCheck()
+
+
+def test_lnc_comes_from_every_documented_control_and_a_disagreement_names_them(tmp_path):
+    """The node's file (/opt/aws/neuron/logical_nc_config, CONFORMANCE_NEURON_LNC_FILE),
+    neuron-ls's report (the host's or DRA's per-workload LNC), NEURON_LOGICAL_NC_CONFIG and
+    NEURON_RT_VIRTUAL_CORE_SIZE: the LNC is theirs where they agree, the source is said, and a
+    disagreement is refused naming each control and its value."""
+    from fixtures.tiers import lnc_controls
+
+    node_file = tmp_path / "logical_nc_config"
+    node_file.write_text("# launch template\nNEURON_LOGICAL_NC_CONFIG=1")
+    env = {lnc_controls.LNC_FILE_ENV: str(node_file)}
+    lnc, problem, source = lnc_controls.session_lnc(env, 1, "trn2.48xlarge")
+    assert (lnc, problem) == (1, None) and f"the node's file {node_file}" in source and "neuron-ls" in source
+    lnc, problem, _ = lnc_controls.session_lnc({**env, "NEURON_RT_VIRTUAL_CORE_SIZE": "2"}, 1, "trn2.48xlarge")
+    assert lnc is None and problem.startswith("the LNC controls disagree: neuron-ls's"), problem
+    assert f"the node's file {node_file} says 1; NEURON_RT_VIRTUAL_CORE_SIZE in the environment says 2" in problem
+    lnc, problem, source = lnc_controls.session_lnc({lnc_controls.LNC_FILE_ENV: str(tmp_path / "none"),
+                                                     "NEURON_RT_VIRTUAL_CORE_SIZE": "2", topology.LNC_ENV: "2"},
+                                                    None, "trn2.3xlarge")
+    assert (lnc, problem) == (2, None) and source == ("NEURON_LOGICAL_NC_CONFIG in the environment and "
+                                                      "NEURON_RT_VIRTUAL_CORE_SIZE in the environment"), source
+    lnc, _, source = lnc_controls.session_lnc({lnc_controls.LNC_FILE_ENV: str(tmp_path / "none")}, None, "trn2.3xlarge")
+    assert (lnc, source) == (2, "no control is set: the trn2.3xlarge default")
+    node_file.write_text("NEURON_LOGICAL_NC_CONFIG=two")
+    assert "not a number" in lnc_controls.session_lnc(env, None, "trn2.48xlarge")[1]

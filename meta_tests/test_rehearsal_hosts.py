@@ -41,7 +41,8 @@ def _session(tmp_path: Path, host: str, *args: str) -> subprocess.CompletedProce
 def test_the_matrix_has_the_hosts_users_have():
     """Each host of issue #31's list has a file, and every file names its sources."""
     assert {"trn2.48xlarge", "trn2n.48xlarge", "trn2u.48xlarge", "trn2.3xlarge", "container-subset",
-            "lnc-disagreement", "older-tools"} <= set(HOSTS)
+            "lnc-disagreement", "older-tools", "tools-off-path", "tools-2.22", "pod-with-neighbour",
+            "virtual-core-size", "lnc-file"} <= set(HOSTS)
     for name in HOSTS:
         host = rehearsal.load_host(name)
         assert host["sources"] and host["expect"], name
@@ -69,7 +70,8 @@ def host_sessions(tmp_path_factory) -> dict[str, dict[str, subprocess.CompletedP
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sessions, host):
-    """``--plan`` prints every launch with the host's rank count, and the topology contracts
+    """``--plan`` says where neuron-ls was found (on PATH, or only in the Neuron tools' folder
+    on a host whose shell lacks it) and prints every launch with the host's rank count, and the topology contracts
     that launch nothing pass there (the pytest process holds no core, as neuron-ls sees it);
     a host the suite must refuse stops with the usage error its file names."""
     expect = rehearsal.load_host(host)["expect"]
@@ -80,6 +82,10 @@ def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sess
         assert expect["usage_error"] in out, out
         return
     assert plan.returncode == 0, out
+    where = expect.get("neuron_ls_where", "on PATH (")
+    assert re.search(rf"^neuron-ls: .*{re.escape(where)}", out, re.M), f"neuron-ls not found {where}:\n{out}"
+    if "lnc_source" in expect:
+        assert re.search(rf"^LNC \d set by: .*{re.escape(expect['lnc_source'])}", out, re.M), out
     ranks = {int(n) for n in re.findall(r"(\d+) ranks", out)}
     assert expect["ranks"] in ranks, f"no launch of {expect['ranks']} ranks in the plan:\n{out}"
     run = host_sessions[host]["run"]
@@ -94,8 +100,10 @@ def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sess
 
 def test_the_standin_neuron_ls_prints_each_documented_layout(tmp_path):
     """The stand-in prints the layout of the host's tools: CORE IDS and -j on the 2.25 layout,
-    neither on the 2.21 one (where -j is refused as an unknown option), host PIDs in a
-    container, no instance-type line without instance metadata."""
+    neither on the 2.21 one (where -j is refused as an unknown option), -j without
+    neuroncore_ids and a table without CORE IDS on the 2.22 one, host PIDs in a
+    container, no instance-type line without instance metadata, and in a container whose
+    neuron-ls sees the instance every device of it (its /dev has only its own)."""
     def neuron_ls(host: str, *args: str) -> subprocess.CompletedProcess:
         env = rehearsal_env.clean_env(NEURON_REHEARSAL_HOST=str(rehearsal.HOSTS_DIR / f"{host}.json"),
                                       NEURON_REHEARSAL_LOCK_DIR=str(tmp_path / "locks"))
@@ -111,7 +119,16 @@ def test_the_standin_neuron_ls_prints_each_documented_layout(tmp_path):
     assert "CORE IDS" not in old.stdout and "instance-type: trn2.48xlarge" in old.stdout
     refused = neuron_ls("older-tools", "-j")
     assert refused.returncode == 2 and "unrecognized arguments: -j" in refused.stderr
-    pod = neuron_ls("container-subset").stdout
-    assert "instance-type" not in pod and "16-19" in pod and "20-23" in pod
-    assert [int(d) for d in re.findall(r"^\| (\d+) ", pod, re.M)] == [4, 5], pod
-    assert json.loads(neuron_ls("container-subset", "-j").stdout)[0]["neuron_device"] == 4
+    middle = neuron_ls("tools-2.22")
+    assert "CORE IDS" not in middle.stdout and "| cc:00.0 |" in middle.stdout, middle.stdout
+    devices = json.loads(neuron_ls("tools-2.22", "-j").stdout)
+    assert len(devices) == 16 and not {"neuroncore_ids", "cpu_affinity", "numa_node"} & set(devices[0]), devices[0]
+    assert devices[15]["nc_count"] == 4 and devices[0]["connected_to"] == [12, 3, 4, 1]
+    pod = neuron_ls("eks-pod-two-cores").stdout
+    assert "instance-type" not in pod and "16-19" in pod
+    assert [int(d) for d in re.findall(r"^\| (\d+) ", pod, re.M)] == [4], pod
+    assert json.loads(neuron_ls("eks-pod-two-cores", "-j").stdout)[0]["neuron_device"] == 4
+    container = neuron_ls("container-subset").stdout  # every device of the instance, /dev has 4 and 5
+    assert "instance-type: trn2.48xlarge" in container
+    assert [int(d) for d in re.findall(r"^\| (\d+) ", container, re.M)] == list(range(16)), container
+    assert len(json.loads(neuron_ls("container-subset", "-j").stdout)) == 16

@@ -28,6 +28,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from fixtures.rank.neuron_env import find_neuron_ls
+
 RUNTIME_LINE = re.compile(r"NRT:|NCC_|\|\|NCC_WRAPPER\|\||nrt_|neuron-rt", re.I)
 SYSTEM_LOGS = (Path("/var/log/syslog"), Path("/var/log/messages"))
 CORE_DUMP_DEFAULT = "/tmp/neuron-core-dump"
@@ -35,8 +37,12 @@ START_SNAPSHOT = "neuron-ls.start.txt"
 
 
 def neuron_ls_all(env: dict[str, str] | None = None) -> str:
+    """``neuron-ls -a``: the one on PATH, else in /opt/aws/neuron/bin (``find_neuron_ls``)."""
+    neuron_ls, where = find_neuron_ls(os.environ if env is None else env)
+    if neuron_ls is None:
+        return f"neuron-ls -a could not run: neuron-ls {where}\n"
     try:
-        proc = subprocess.run(["neuron-ls", "-a"], capture_output=True, text=True, timeout=120, env=env)
+        proc = subprocess.run([neuron_ls, "-a"], capture_output=True, text=True, timeout=120, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"neuron-ls -a could not run: {exc}\n"
     return proc.stdout + (f"\n[exit {proc.returncode}] {proc.stderr}" if proc.returncode else "")

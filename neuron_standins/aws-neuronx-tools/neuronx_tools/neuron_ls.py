@@ -16,13 +16,21 @@ Sources: aws-neuron/aws-neuron-sdk ``tools/neuron-sys-tools/neuron-ls.rst``.
   ``connected_to``, ``nc_count``, ``logical_neuroncore_config``, ``memory_size``,
   ``neuroncore_ids`` and ``neuron_processes`` (``pid``, ``command``, ``neuron_runtime_version``).
 - Layout "2.21" (b0d483b7): the same header lines and a table without NEURON CORE IDS, CPU
-  AFFINITY and NUMA NODE; no ``-j`` (the option appears in 2ae3525e, Neuron 2.22): refused as
-  argparse refuses an unknown option (exit 2).
+  AFFINITY and NUMA NODE, the BDF short (``cc:00.0``); no ``-j`` (the option appears in
+  2ae3525e, Neuron 2.22): refused as argparse refuses an unknown option (exit 2).
+- Layout "2.22" (2ae3525e: Neuron 2.22 to 2.24): the 2.21 table, and ``-j`` whose devices have
+  ``neuron_device``, ``bdf``, ``connected_to``, ``nc_count``, ``logical_neuroncore_config``,
+  ``memory_size`` and ``neuron_processes``: no ``neuroncore_ids``, ``cpu_affinity`` or
+  ``numa_node`` (all three appear in 56af36ca).
 A single-device instance has no CONNECTED DEVICES column (the trn2.3xlarge row quoted in
 public repositories: ``| 0 | 4 | 0-3 | 96 GB | 0000:33:00.0 | 0-11 | 0 |``).
 
 Host facts beyond the docs are the host file's, marked ASSUMED there (a container's listing
-without instance metadata; its PIDs in the host's namespace, ``pid_offset``). The instance id
+without instance metadata; its PIDs in the host's namespace, ``pid_offset``). In a container
+(``neuron_ls_lists: "instance"``) neuron-ls lists every device of the instance, not only those
+the container was given ("it identifies all Neuron devices present in the current instance":
+neuron-ls.rst; ASSUMED that this holds inside a container, whose /dev has only its own nodes:
+the side worse for a suite that matched the two). The instance id
 is a placeholder (all zeros). The processes are those holding the host's cores in the
 stand-in runtime (``neuronx_tools.cores``), with runtime version ``rehearsal``. ``-w`` and
 ``-t`` are refused (exit 2). A ``NEURON_LOGICAL_NC_CONFIG`` other than 1 or 2 is refused
@@ -57,10 +65,15 @@ def affinity(h: dict, dev: int) -> tuple[str, str]:
     return ("0-47,96-143", "0") if 4 <= dev <= 11 else ("48-95,144-191", "1")
 
 
+def listed_devices(h: dict) -> list[int]:
+    """The devices neuron-ls lists: the container's own, or every device of the instance."""
+    return list(range(h["instance_devices"])) if h.get("neuron_ls_lists") == "instance" else h["devices"]
+
+
 def device_rows(h: dict) -> list[dict]:
     per = PHYSICAL_CORES // core_locks.host_lnc(h)
     out = []
-    for dev in h["devices"]:
+    for dev in listed_devices(h):
         ids = list(range(dev * per, dev * per + per))
         cpu, numa = affinity(h, dev)
         out.append({"dev": dev, "nc": per, "ids": ids, "bdf": f"{h['bdf'][dev % len(h['bdf'])]}:00.0",
@@ -95,25 +108,26 @@ def table(columns: list[tuple[str, str]], rows: list[list[str]], rule_between: b
 
 def plain(h: dict) -> list[str]:
     multi = h["instance_devices"] > 1
+    new = h["layout"] == "2.25"  # CORE IDS, the full BDF, CPU AFFINITY and NUMA NODE
     cols = [("NEURON", "DEVICE"), ("NEURON", "CORES")]
-    if h["layout"] != "2.21":
+    if new:
         cols.append(("NEURON", "CORE IDS"))
     cols.append(("NEURON", "MEMORY"))
     if multi:
         cols.append(("CONNECTED", "DEVICES"))
     cols.append(("PCI", "BDF"))
-    if h["layout"] != "2.21":
+    if new:
         cols += [("CPU", "AFFINITY"), ("NUMA", "NODE")]
     rows = []
     for d in device_rows(h):
         r = [str(d["dev"]), str(d["nc"])]
-        if h["layout"] != "2.21":
+        if new:
             r.append(f"{d['ids'][0]}-{d['ids'][-1]}")
         r.append("96 GB")
         if multi:
             r.append(", ".join(map(str, d["connected"])))
-        r.append(f"0000:{d['bdf']}" if h["layout"] != "2.21" else d["bdf"])
-        if h["layout"] != "2.21":
+        r.append(f"0000:{d['bdf']}" if new else d["bdf"])
+        if new:
             r += [d["cpu"], d["numa"]]
         rows.append(r)
     return table(cols, rows)
@@ -137,13 +151,20 @@ def all_procs(h: dict) -> list[str]:
 
 
 def as_json(h: dict) -> list[dict]:
+    """``-j``: the 2.25 keys, or the 2.22 ones (no cpu_affinity, numa_node, neuroncore_ids)."""
+    new = h["layout"] == "2.25"
     out = []
     for d in device_rows(h):
-        entry = {"neuron_device": d["dev"], "bdf": d["bdf"], "cpu_affinity": d["cpu"], "numa_node": d["numa"]}
+        entry = {"neuron_device": d["dev"], "bdf": d["bdf"]}
+        if new:
+            entry.update({"cpu_affinity": d["cpu"], "numa_node": d["numa"]})
         if d["connected"] is not None:
             entry["connected_to"] = d["connected"]
-        entry.update({"nc_count": d["nc"], "logical_neuroncore_config": core_locks.host_lnc(h), "memory_size": MEMORY_BYTES,
-                      "neuroncore_ids": d["ids"], "neuron_processes": processes(h, d["ids"])})
+        entry.update({"nc_count": d["nc"], "logical_neuroncore_config": core_locks.host_lnc(h),
+                      "memory_size": MEMORY_BYTES})
+        if new:
+            entry["neuroncore_ids"] = d["ids"]
+        entry["neuron_processes"] = processes(h, d["ids"])
         out.append(entry)
     return out
 
