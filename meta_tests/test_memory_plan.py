@@ -16,7 +16,8 @@ from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507, TINY
 from fixtures.runs import memory_plan, model_size, session_plan
 from fixtures.runs.catalogue import CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_NO_AC
 from fixtures.tiers import topology
-from fixtures.tiers.tier_profile import REHEARSAL_MEMORY_ENV, on_paper, trn2_profile
+from fixtures.tiers.rehearsal import REHEARSAL_MEMORY_ENV
+from fixtures.tiers.tier_profile import on_paper, trn2_profile
 
 pytestmark = pytest.mark.meta
 
@@ -136,7 +137,8 @@ def test_the_rehearsal_core_is_planned_for_the_model_it_runs(tmp_path, monkeypat
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({**TINY.to_hf(), "model_type": "qwen3", "tie_word_embeddings": True}))
     for cores in (None, POD_CORES):
-        tier = trn2_profile("trn2.48xlarge", 2, folder, rehearsal=True, seq_len=256, cores=cores)
+        tier = session_plan.with_rehearsal_memory(trn2_profile("trn2.48xlarge", 2, folder, rehearsal=True, seq_len=256,
+                                                               cores=cores))
         planned = session_plan.plan(CATALOGUE, tier)
         peak = max(memory_plan.memory_plan(CATALOGUE.launch_of(e.build(tier), tier), tier, session_plan.model_config(tier)).total
                    for e in CATALOGUE.entries(tier) if e.trains)

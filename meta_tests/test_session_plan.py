@@ -15,7 +15,7 @@ from fixtures.runs.cache import RunCache, SessionBudgetSpent
 from fixtures.data.assets import Assets
 from fixtures.runs.inputs import RunInputs
 from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, Catalogue,
-                                     Entry, resumed, uninterrupted)
+                                     SCHEDULE_AND_CLIP, Entry, resumed, uninterrupted)
 from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
 from fixtures.runs.spec import RunSpec
 from fixtures.launch.launcher import LaunchOutcome
@@ -54,8 +54,8 @@ def test_qwen3_4b_parameters_and_what_a_launch_writes(tmp_path):
 
 def test_the_plan_serves_specs_that_differ_only_in_records_with_one_launch(tmp_path):
     plan = session_plan.plan(CATALOGUE, _trn2(tmp_path))
-    served = [p for p in plan.launches if "dense_native" in p.names]
-    assert len(served) == 1 and served[0].names == ("dense_native", "dense_native_optimizer_tensors")
+    served = [p for p in plan.launches if "dense_native_optimizer_tensors" in p.names]
+    assert len(served) == 1 and served[0].names == ("dense_native_optimizer_tensors", "schedule_and_clip")
     assert served[0].spec.record_optimizer_steps == ADAMW_STEPS
     assert plan.graphs < len(plan.launches)  # steps, checkpoints and records compile nothing new
     assert "launches" in plan.text() and "GB of disk" in plan.text()
@@ -88,7 +88,7 @@ def test_the_plan_estimates_from_the_last_launches_recorded_on_this_host(tmp_pat
     another tier, a failed launch or an unreadable line is not used; runs never launched here
     stay at their timeouts."""
     tier = cpu_profile()
-    catalogue = Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE),
+    catalogue = Catalogue([Entry("schedule_and_clip", lambda t: SCHEDULE_AND_CLIP),  # one launch with the next
                            Entry("optimizer", lambda t: DENSE_NATIVE_OPTIMIZER_TENSORS),
                            Entry("other", lambda t: session_plan.RunSpec(config="dense_native", steps=3))])
     log = tmp_path / "launches.jsonl"
