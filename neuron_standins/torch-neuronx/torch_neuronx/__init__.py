@@ -8,7 +8,8 @@ the generated tensor methods. Its tensors live in host memory and carry a Neuron
 
 - ``_C`` (``csrc/neuron.cpp``): allocator with a per-core memory cap, device guard, hooks,
   generator, the native storage kernels, a zero-copy CPU fallback for every other op, no
-  float64, and the exclusive reservation of the process's visible cores;
+  float64, and the exclusive reservation of the process's visible cores, made as this
+  package is imported (ASSUMED: when TorchNeuron starts the runtime is not documented);
 - ``torch.neuron`` (``_device``): the device module;
 - the ``neuron`` process-group backend (``distributed``): gloo underneath;
 - ``torch.compile(backend="neuron")`` (``_compile``): ``aot_eager`` here;
@@ -61,6 +62,10 @@ def _register() -> None:
 
     distributed.register()
     _registered = True
+    # ASSUMED, the side worse for the suite (csrc/neuron.cpp "WHEN"): the runtime starts as
+    # the package is imported, reserving NEURON_RT_VISIBLE_CORES (else LOCAL_RANK under a
+    # launcher, else every core of the instance) before any code of the process runs.
+    torch.ops.neuron_rt.init()
 
 
 def _autoload() -> None:
