@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fixtures.tiers import neuron_host, topology
 from fixtures.rank import probe_files
-from fixtures.runs.plan import WRITEUP_FLAGS
+from fixtures.runs.plan import RANK_WRAPPER, WRITEUP_FLAGS
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
 from fixtures.runs.catalogue import DENSE_NATIVE, rank_scaling, two_nodes
 
@@ -244,7 +244,10 @@ def test_every_parameter_sharded_over_all_ranks(tier, titan_runs):
 @pytest.mark.slow
 def test_launch_line_matches_writeup(tier, titan_runs):
     """The launch is the write-up's torchrun line: its flags in order, one process per
-    logical core, ``-m torchtitan.train --module M --config C``."""
+    logical core, ``-m torchtitan.train --module M --config C``; on a tier that assigns
+    NeuronCores, each rank's core is pinned before its interpreter starts (torchrun
+    ``--no-python`` runs the suite's rank wrapper, which execs python on that entry), and the
+    agent runs with device-backend autoload off (``fixtures.runs.plan``)."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     argv = run.launch.argv
     expect(argv[0].endswith("torchrun") or argv[1:3] == ["-m", "torch.distributed.run"],
@@ -255,6 +258,12 @@ def test_launch_line_matches_writeup(tier, titan_runs):
     start = argv.index(WRITEUP_FLAGS[0])
     expect_equal("the write-up's rendezvous/log flags, in order", WRITEUP_FLAGS,
                  tuple(argv[start:start + len(WRITEUP_FLAGS)]), run)
+    if tier.assigns_cores:
+        at = argv.index("--no-python") if "--no-python" in argv else len(argv)
+        expect_equal("each rank's core is pinned before its interpreter starts",
+                     [str(RANK_WRAPPER), "--core-base", str(tier.first_core)], argv[at + 1:at + 4], run)
+        expect_equal("the torchrun agent does not load TorchNeuron", "0",
+                     run.launch.env_added.get("TORCH_DEVICE_BACKEND_AUTOLOAD"), run)
     entry = argv.index("torchtitan.train") - 1
     expect_equal("torchtitan.train with the tier's module and the config function",
                  ["-m", "torchtitan.train", "--module", tier.titan_module,
