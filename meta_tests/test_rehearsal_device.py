@@ -161,6 +161,26 @@ def test_import_torch_reserves_the_cores_and_holds_their_device_nodes(tmp_path):
     assert str(dev / "neuron5") in elsewhere.stderr, elsewhere.stderr
 
 
+def test_a_host_that_reserves_at_the_first_device_use(tmp_path):
+    """The host matrix's other side (``reserve_at: first_use``, the older-tools host): import
+    alone reserves nothing; the first allocation does. An unknown value is refused at import."""
+    code = """
+    import torch
+    print(torch.neuron.is_initialized())
+    torch.ones(1, device="neuron")
+    print(torch.neuron.is_initialized())
+    """
+    lazy = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1",
+                NEURON_REHEARSAL_HOST=str(rehearsal.HOSTS_DIR / "older-tools.json"))
+    assert lazy.returncode == 0 and lazy.stdout.split() == ["False", "True"], lazy.stdout + lazy.stderr
+    eager = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1")
+    assert eager.returncode == 0 and eager.stdout.split() == ["True", "True"], eager.stdout + eager.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"reserve_at": "later"}')
+    refused = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1", NEURON_REHEARSAL_HOST=str(bad))
+    assert refused.returncode != 0 and "reserve_at 'later' is not 'import' or 'first_use'" in refused.stderr
+
+
 def test_the_standins_are_in_no_other_environment():
     """The cpu venvs (and this session's interpreter) have no stand-in distribution, and
     ``import torch`` there gives no ``neuron`` device."""

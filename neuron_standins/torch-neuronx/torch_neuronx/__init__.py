@@ -27,6 +27,7 @@ stand-in wherever the version is printed. See ``neuron_standins/README.md``.
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -64,8 +65,25 @@ def _register() -> None:
     _registered = True
     # ASSUMED, the side worse for the suite (csrc/neuron.cpp "WHEN"): the runtime starts as
     # the package is imported, reserving NEURON_RT_VISIBLE_CORES (else LOCAL_RANK under a
-    # launcher, else every core of the instance) before any code of the process runs.
-    torch.ops.neuron_rt.init()
+    # launcher, else every core of the instance) before any code of the process runs; a host
+    # file may take the other side (``reserve_at: first_use``), so the host matrix has both.
+    if _reserve_at() == "import":
+        torch.ops.neuron_rt.init()
+
+
+def _reserve_at() -> str:
+    """When the stand-in runtime reserves its cores: the rehearsed host's ``reserve_at``
+    (``$NEURON_REHEARSAL_HOST``, ``neuron_standins/hosts/``): "import" (the default) or
+    "first_use" (the first allocation, ``torch.neuron.init()`` or the process group)."""
+    path = os.environ.get("NEURON_REHEARSAL_HOST")
+    if not path:
+        return "import"
+    with open(path) as f:
+        at = json.load(f).get("reserve_at", "import")
+    if at not in ("import", "first_use"):
+        raise ValueError(f"torch_neuronx (rehearsal stand-in): {path}: reserve_at {at!r} "
+                         "is not 'import' or 'first_use'")
+    return at
 
 
 def _autoload() -> None:
