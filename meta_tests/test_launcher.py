@@ -25,6 +25,44 @@ def _launch(tmp_path: Path, program: str, *args: str, timeout: float = 60.0):
     return launcher.launch([argv], tmp_path, {}, timeout, nproc_per_node=2)
 
 
+def test_the_rank_wrapper_pins_each_agents_cores_before_the_rank_starts(tmp_path):
+    """Two agents of two ranks each, from core 16 (a pod given 16-19): each rank starts with
+    its own core (16, 17, then 18, 19: the second agent's base is offset) and with autoload
+    given back, while the agents run with it off; the recorded commands carry each base."""
+    import json
+
+    port = launcher.free_port()
+    argvs = [plan.torchrun_argv(2, plan.rank_entry([str(PROGRAMS / "core_env.py")], 16 + 2 * r),
+                                tmp_path / "logs" / f"node{r}",
+                                plan.NodeLayout(nnodes=2, node_rank=r, rdzv_endpoint=f"localhost:{port}",
+                                                rdzv_id="wrapper-test"))
+             for r in (0, 1)]
+    outcome = launcher.launch(argvs, tmp_path, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, 120, nproc_per_node=2)
+    assert outcome.ok, launcher.describe_failure(outcome)
+    seen = {}
+    for logs in outcome.rank_logs.values():
+        record = json.loads(Path(logs["stdout"]).read_text().splitlines()[-1])
+        seen[record["rank"]] = (record["cores"], record["autoload"])
+    assert seen == {0: ("16", "<unset>"), 1: ("17", "<unset>"), 2: ("18", "<unset>"), 3: ("19", "<unset>")}
+    assert [("--core-base 16" in c, "--core-base 18" in c) for c in outcome.node_commands] == [(True, False),
+                                                                                             (False, True)]
+    assert all(c.startswith("TORCH_DEVICE_BACKEND_AUTOLOAD=0 ") for c in outcome.node_commands)
+
+
+def test_the_rank_wrapper_refuses_a_start_outside_torchrun(tmp_path):
+    """Without LOCAL_RANK (not started by torchrun) or without a base, the wrapper says how it is used."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
+    alone = subprocess.run([str(plan.RANK_WRAPPER), "--core-base", "16", "--autoload", "default", "true"],
+                           capture_output=True, text=True, env=env, timeout=30)
+    assert alone.returncode == 2 and "run under torchrun --no-python" in alone.stderr
+    no_base = subprocess.run([str(plan.RANK_WRAPPER), "--autoload", "default", "true"], capture_output=True,
+                             text=True, env={**env, "LOCAL_RANK": "0"}, timeout=30)
+    assert no_base.returncode == 2 and "--core-base must be a core index" in no_base.stderr
+
+
 def test_clean_run_keeps_every_rank_log(tmp_path):
     outcome = _launch(tmp_path, "ok.py")
     assert outcome.ok, launcher.describe_failure(outcome)

@@ -18,8 +18,8 @@ from fixtures.launch import neighbours
 from fixtures.tiers import neuron_host, tier_profile
 from fixtures.tiers import topology
 from fixtures.repo import SESSION_ENV, WRITEUP_MODULES_DIR
-from fixtures.runs.plan import launch_plan
-from fixtures.runs.spec import RunSpec
+from fixtures.runs.plan import RANK_WRAPPER, launch_plan
+from fixtures.runs.spec import RunSpec, TrainingPath
 from fixtures.runs.result import compile_cache_events
 
 pytestmark = pytest.mark.meta
@@ -231,7 +231,13 @@ def test_ranks_are_the_cores_the_host_exposes(tmp_path):
     profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
     assert (profile.nproc_per_node, profile.first_core) == (32, 32)
     plan = _plan(tmp_path, profile, RunSpec(config="dense_native", steps=10, nnodes=2))
-    assert [e[tier_profile.CORE_OFFSET_ENV] for e in plan.node_envs] == ["32", "48"]
+    assert [_core_base(argv) for argv in plan.node_argvs] == ["32", "48"]
+
+
+def _core_base(argv: list[str]) -> str:
+    """The first core an agent's line pins (its rank wrapper's --core-base)."""
+    assert argv[argv.index("--no-python") + 1] == str(RANK_WRAPPER), argv
+    return argv[argv.index("--core-base") + 1]
 
 
 @pytest.mark.parametrize(("devices", "listed", "env", "message"), [
@@ -353,9 +359,27 @@ def test_two_agents_on_one_host_split_the_cores(tmp_path):
     tier = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
     plan = _plan(tmp_path, tier, RunSpec(config="dense_native", steps=10, nnodes=2))
     assert len(plan.node_argvs) == 2 and plan.nproc_per_node == 32
-    assert [e[tier_profile.CORE_OFFSET_ENV] for e in plan.node_envs] == ["0", "32"]
+    assert [_core_base(argv) for argv in plan.node_argvs] == ["0", "32"]
     cpu_plan = _plan(tmp_path, tier_profile.cpu_profile(), RunSpec(config="dense_native", nnodes=2))
-    assert cpu_plan.node_envs == [{}, {}]
+    assert all("--no-python" not in argv and "--core-base" not in argv for argv in cpu_plan.node_argvs)
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in cpu_plan.env
+
+
+def test_each_trn2_rank_is_pinned_before_its_interpreter_starts(tmp_path):
+    """TorchNeuron may reserve cores as ``import torch`` loads it (the stand-in does: ASSUMED),
+    so the trn2 line pins each rank's core in a wrapper torchrun runs with ``--no-python``,
+    which then execs this interpreter on ``-m torchtitan.train``; the agent itself runs with
+    autoload off (in the recorded command), and the wrapper gives the rank the user's setting."""
+    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
+    for path in ("native", "hf_backend"):
+        plan = _plan(tmp_path, tier, RunSpec(config="dense_native" if path == "native" else "hf_backend",
+                                             steps=10, path=TrainingPath(path)))
+        (argv,) = plan.node_argvs
+        at = argv.index("--no-python")
+        assert argv[at + 1:at + 7] == [str(RANK_WRAPPER), "--core-base", "0", "--autoload", "default",
+                                       sys.executable], argv
+        assert argv[at + 7:at + 9] == ["-m", "torchtitan.train"]
+        assert plan.env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
 
 
 def test_timeouts_come_from_the_profile(tmp_path):

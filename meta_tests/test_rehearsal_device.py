@@ -98,7 +98,7 @@ def test_an_allocation_past_the_cap_is_an_out_of_memory_naming_the_core(tmp_path
 
 
 def test_a_second_process_on_a_held_core_fails_with_the_runtimes_message(tmp_path):
-    """The first device use reserves the process's visible cores until it exits; a second
+    """Importing torch (autoload) reserves the process's visible cores until it exits; a second
     process asking for one of them fails as the runtime does, and the stand-in neuron-ls
     shows which pid holds the device."""
     holder = subprocess.Popen(
@@ -127,6 +127,58 @@ def test_a_second_process_on_a_held_core_fails_with_the_runtimes_message(tmp_pat
     time.sleep(0.2)
     again = _run("import torch; torch.ones(1, device='neuron'); print('ok')", tmp_path, NEURON_RT_VISIBLE_CORES="1")
     assert again.returncode == 0, "a core is free again once its holder exited: " + again.stderr
+
+
+def test_import_torch_reserves_the_cores_and_holds_their_device_nodes(tmp_path):
+    """ASSUMED eager reservation (neuron_standins/README.md, "when cores are reserved"): ``import
+    torch`` alone, no device use, reserves NEURON_RT_VISIBLE_CORES (else LOCAL_RANK), and the
+    reservation holds the stand-in node of each reserved core's device open (the evidence the
+    pytest-process contract reads); a core whose device has no node is refused at import."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "neuron4").touch()
+    code = """
+    import json, os, torch
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    print(json.dumps({"initialized": torch.neuron.is_initialized(), "cores": torch.ops.neuron_rt.visible_cores(),
+                      "nodes": sorted(p for p in links if "/dev/neuron" in p)}))
+    """
+    pod = {"NEURON_REHEARSAL_DEV_DIR": str(dev), rehearsal.NUM_CORES_ENV: "64"}
+    pinned = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="17", **pod)
+    assert pinned.returncode == 0, pinned.stderr
+    assert json.loads(pinned.stdout) == {"initialized": True, "cores": "17", "nodes": [str(dev / "neuron4")]}
+    by_rank = _run(code, tmp_path, LOCAL_RANK="18", **pod)
+    assert by_rank.returncode == 0 and json.loads(by_rank.stdout)["cores"] == "18", by_rank.stderr
+    again = _run("import torch", tmp_path, NEURON_RT_VISIBLE_CORES="16-17", **pod)
+    assert again.returncode == 0, "cores are free again once their holders exited: " + again.stderr
+    elsewhere = _run("import torch", tmp_path, NEURON_RT_VISIBLE_CORES="20", **pod)
+    assert elsewhere.returncode != 0 and "no device node for NEURON_RT_VISIBLE_CORES=20" in elsewhere.stderr
+    assert str(dev / "neuron5") in elsewhere.stderr, elsewhere.stderr
+
+
+def test_a_host_that_reserves_at_the_first_device_use(tmp_path):
+    """The host matrix's other side (``reserve_at: first_use``, the older-tools host): import
+    alone reserves nothing; the first allocation does. An unknown value is refused at import."""
+    code = """
+    import torch
+    print(torch.neuron.is_initialized())
+    torch.ones(1, device="neuron")
+    print(torch.neuron.is_initialized())
+    """
+    lazy = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1",
+                NEURON_REHEARSAL_HOST=str(rehearsal.HOSTS_DIR / "older-tools.json"))
+    assert lazy.returncode == 0 and lazy.stdout.split() == ["False", "True"], lazy.stdout + lazy.stderr
+    eager = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1")
+    assert eager.returncode == 0 and eager.stdout.split() == ["True", "True"], eager.stdout + eager.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"reserve_at": "later"}')
+    refused = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1", NEURON_REHEARSAL_HOST=str(bad))
+    assert refused.returncode != 0 and "reserve_at 'later' is not 'import' or 'first_use'" in refused.stderr
 
 
 def test_the_standins_are_in_no_other_environment():

@@ -46,6 +46,9 @@ def test_the_matrix_has_the_hosts_users_have():
     for name in HOSTS:
         host = rehearsal.load_host(name)
         assert host["sources"] and host["expect"], name
+    # when the stand-in runtime reserves its cores is ASSUMED: the matrix holds both sides
+    reserve_at = {rehearsal.load_host(name).get("reserve_at", "import") for name in HOSTS}
+    assert reserve_at == {"import", "first_use"}, reserve_at
 
 
 @pytest.fixture(scope="module")

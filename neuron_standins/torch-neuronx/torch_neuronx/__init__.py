@@ -8,7 +8,8 @@ the generated tensor methods. Its tensors live in host memory and carry a Neuron
 
 - ``_C`` (``csrc/neuron.cpp``): allocator with a per-core memory cap, device guard, hooks,
   generator, the native storage kernels, a zero-copy CPU fallback for every other op, no
-  float64, and the exclusive reservation of the process's visible cores;
+  float64, and the exclusive reservation of the process's visible cores, made as this
+  package is imported (ASSUMED: when TorchNeuron starts the runtime is not documented);
 - ``torch.neuron`` (``_device``): the device module;
 - the ``neuron`` process-group backend (``distributed``): gloo underneath;
 - ``torch.compile(backend="neuron")`` (``_compile``): ``aot_eager`` here;
@@ -26,6 +27,7 @@ stand-in wherever the version is printed. See ``neuron_standins/README.md``.
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -61,6 +63,27 @@ def _register() -> None:
 
     distributed.register()
     _registered = True
+    # ASSUMED, the side worse for the suite (csrc/neuron.cpp "WHEN"): the runtime starts as
+    # the package is imported, reserving NEURON_RT_VISIBLE_CORES (else LOCAL_RANK under a
+    # launcher, else every core of the instance) before any code of the process runs; a host
+    # file may take the other side (``reserve_at: first_use``), so the host matrix has both.
+    if _reserve_at() == "import":
+        torch.ops.neuron_rt.init()
+
+
+def _reserve_at() -> str:
+    """When the stand-in runtime reserves its cores: the rehearsed host's ``reserve_at``
+    (``$NEURON_REHEARSAL_HOST``, ``neuron_standins/hosts/``): "import" (the default) or
+    "first_use" (the first allocation, ``torch.neuron.init()`` or the process group)."""
+    path = os.environ.get("NEURON_REHEARSAL_HOST")
+    if not path:
+        return "import"
+    with open(path) as f:
+        at = json.load(f).get("reserve_at", "import")
+    if at not in ("import", "first_use"):
+        raise ValueError(f"torch_neuronx (rehearsal stand-in): {path}: reserve_at {at!r} "
+                         "is not 'import' or 'first_use'")
+    return at
 
 
 def _autoload() -> None:

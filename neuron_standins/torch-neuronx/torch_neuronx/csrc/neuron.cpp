@@ -111,6 +111,48 @@ std::vector<int> parse_cores(const std::string& spec) {
 // ------------------------------------------------- exclusive core locking --
 // One lock file per core in NEURON_REHEARSAL_LOCK_DIR; flock(LOCK_EX) held
 // (fd never closed) until the process exits, like the runtime's reservation.
+//
+// WHEN: torch_neuronx/__init__.py calls init() as the package is imported (import torch
+// autoloads it), i.e. the cores are reserved before any of the process's own code runs.
+// ASSUMED (the docs do not say when TorchNeuron starts the runtime; configuration-guide.rst
+// only says the runtime reserves the cores it initialises): at import is the side worse for
+// a launcher, which must then pin a rank's core before the rank's interpreter starts, and
+// keep TorchNeuron out of every process that must hold no core (a torchrun agent).
+//
+// DEVICE NODES: the runtime reaches a device through its node /dev/neuron<N> (a container
+// is given the nodes of its devices: aws-neuron-sdk containers/tutorials/
+// ks8-neuron-scheduler-flow.rst, "--device=/dev/neuron1"). The reservation opens the node of
+// each reserved core's device, kept open as long as the locks, so the holder shows in the
+// process's own open files (/proc/<pid>/fd), in any PID namespace. Stand-in nodes live in
+// NEURON_REHEARSAL_DEV_DIR (the session's stand-in /dev); a missing node is refused, as a
+// device the container was not given. Unset: no node is opened (ASSUMED; only processes
+// outside a rehearsal session, e.g. the stand-ins' own tests, run that way).
+
+// The logical cores of one device at the runtime's LNC (8 physical cores per Trainium2 device).
+int cores_per_device() {
+  return std::stoi(env_or("NEURON_LOGICAL_NC_CONFIG", "2")) == 1 ? 8 : 4;
+}
+
+// Opens (and keeps open) the device node of every reserved core; false with `why` set if one is missing.
+bool open_device_nodes(const std::vector<int>& cores, std::vector<int>& fds, std::string& why) {
+  const char* dir = std::getenv("NEURON_REHEARSAL_DEV_DIR");
+  if (!dir || !*dir) return true;
+  std::vector<int> devices;
+  for (int c : cores) {
+    const int d = c / cores_per_device();
+    if (devices.empty() || devices.back() != d) devices.push_back(d);
+  }
+  for (int d : devices) {
+    const std::string node = std::string(dir) + "/neuron" + std::to_string(d);
+    int fd = ::open(node.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      why = node + ": " + std::strerror(errno);
+      return false;
+    }
+    fds.push_back(fd);
+  }
+  return true;
+}
 
 std::mutex g_init_mu;
 std::atomic<bool> g_initialized{false};
@@ -152,7 +194,14 @@ void reserve_cores() {
     if (::ftruncate(fd, 0) == 0) { (void)!::pwrite(fd, pid.data(), pid.size(), 0); }
     fds.push_back(fd);
   }
-  g_initialized = true;  // fds intentionally leaked: the locks live as long as the process
+  std::string why;
+  if (!open_device_nodes(cores, fds, why)) {
+    release();
+    TORCH_CHECK(false, "NRT:nrt_allocate_neuron_cores Logical Neuron Core(s) not available - Requested:lnc",
+                cores.front(), "-lnc", cores.back(), " (rehearsal: no device node for NEURON_RT_VISIBLE_CORES=",
+                spec, ": ", why, ")");
+  }
+  g_initialized = true;  // fds intentionally leaked: locks and nodes live as long as the process
 }
 
 // -------------------------------------------------------------- allocator --
@@ -182,7 +231,7 @@ struct NeuronAllocator final : c10::DeviceAllocator {
   static void free_block(void* ctx);
 
   c10::DataPtr allocate(size_t n) override {
-    reserve_cores();  // first device use reserves the process's cores
+    reserve_cores();  // reserved at import already (torch_neuronx/__init__.py); a no-op then
     if (n == 0) return {nullptr, nullptr, &free_block, kDevice0};
     {
       std::lock_guard<std::mutex> lk(mu);
