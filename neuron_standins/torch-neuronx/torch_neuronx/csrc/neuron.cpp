@@ -128,8 +128,12 @@ std::vector<int> parse_cores(const std::string& spec) {
 // device the container was not given. Unset: no node is opened (ASSUMED; only processes
 // outside a rehearsal session, e.g. the stand-ins' own tests, run that way).
 
-// The logical cores of one device at the runtime's LNC (8 physical cores per Trainium2 device).
+// The logical cores of one device at the host's LNC (8 physical cores per Trainium2 device):
+// NEURON_REHEARSAL_CORES_PER_DEVICE where the rehearsal's host sets its LNC by another control
+// than the variable (the node's logical_nc_config file), else the runtime's variable.
 int cores_per_device() {
+  const std::string given = env_or("NEURON_REHEARSAL_CORES_PER_DEVICE", "");
+  if (!given.empty()) return std::stoi(given);
   return std::stoi(env_or("NEURON_LOGICAL_NC_CONFIG", "2")) == 1 ? 8 : 4;
 }
 
