@@ -69,9 +69,16 @@ _IMPORT_PROBE = (
     "    print('missing', exc)\n"
     "except ImportError as exc:\n"
     "    print('error', exc)\n"
+    "except Exception as exc:\n"
+    "    print('raised', type(exc).__name__ + ': ' + str(exc).replace(chr(10), ' '))\n"
     "else:\n"
     "    print('ok')\n"
 )
+
+# The Neuron runtime's refusal of busy cores (aws-neuron-sdk nrt-troubleshoot.rst:
+# "NRT:nrt_allocate_neuron_cores NeuronCore(s) not available"): TorchNeuron may start the runtime
+# when imported (the rehearsal's stand-in does: ASSUMED), so a real package can raise it then.
+RUNTIME_ANSWERED = "nrt_allocate_neuron_cores"
 
 
 def placeholder_problem(dist: str, module: str) -> str | None:
@@ -87,10 +94,15 @@ def placeholder_problem(dist: str, module: str) -> str | None:
                           text=True, timeout=300, env=env)
     verdict, _, detail = (proc.stdout.strip().splitlines() or ["error no output"])[-1].partition(" ")
     if proc.returncode != 0:
-        return f"{dist}: importing {module} crashed the interpreter (exit {proc.returncode})"
+        return (f"{dist}: importing {module} crashed the interpreter (exit {proc.returncode}): "
+                f"{proc.stderr.strip()[-300:]}")
+    if verdict == "raised" and RUNTIME_ANSWERED in detail:
+        # the real package: its runtime started at import and found the cores busy (a
+        # placeholder has no runtime); the kernel worker or a neighbour may hold them now
+        return None
     if verdict == "missing":
         return f"{dist} is installed but its module {module!r} is missing ({detail}): a PyPI placeholder?"
-    if verdict == "error":
+    if verdict in ("error", "raised"):
         if "WRONG PACKAGE" in detail:
             return (f"{dist} is the PyPI placeholder (import raises {detail:.120}); install the real "
                     "package from AWS's Neuron package index")
