@@ -42,7 +42,7 @@ def _expect_configured_schedule(run, tier, record_property) -> None:
     __tracebackhide__ = True
     config = run.resolved_config()
     settings = training_settings.schedule(config)
-    base = float(config["optimizer"]["param_groups"][0]["optimizer_kwargs"]["lr"])  # the probe's group 0
+    base = training_settings.param_groups(config)[0].lr  # the probe's group 0
     expected = lr_schedule.learning_rates(base, settings, run.spec.steps)
     actual = _lr_series(run)
     expect_close_series(actual, expected, tier.numerics.schedule_rtol,
@@ -100,16 +100,6 @@ def test_optimizer_gets_the_clipped_gradients(tier, titan_runs, record_property,
                         record_property, detail=f"max_norm {limit}; pre-clip norms (torchtitan's): {pre}")
 
 
-def _group_of(name: str, groups: list[dict]) -> dict:
-    """The configured param group of parameter ``name``: "Patterns are checked in order; first
-    match wins" (torchtitan's ParamGroupConfig docstring), a regex searched in the name."""
-    for group in groups:
-        if re.search(group["pattern"], name):
-            return group
-    raise LookupError(f"no configured param group pattern matches parameter {name!r}")
-
-
-
 def test_each_parameter_is_stepped_with_its_configured_param_group(tier, titan_runs):
     """Every parameter of every rank is in the optimizer param group the config's patterns
     give it ("Patterns are checked in order; first match wins": torchtitan's ParamGroupConfig),
@@ -119,7 +109,7 @@ def test_each_parameter_is_stepped_with_its_configured_param_group(tier, titan_r
     pattern matched in the wrong order, or a group given another's settings, shows. The AdamW
     contracts then replay each parameter with its own group's settings."""
     run = require_trained(titan_runs.get(DENSE_NATIVE_OPTIMIZER_TENSORS))
-    groups = run.resolved_config()["optimizer"]["param_groups"]
+    groups = training_settings.param_groups(run.resolved_config())
     expect(len(groups) > 1, "the run configures more than one param group", "> 1", len(groups), run)
     used = set()
     for rank in range(run.world_size):
@@ -129,18 +119,16 @@ def test_each_parameter_is_stepped_with_its_configured_param_group(tier, titan_r
                f"{len(names)} indices", index, run)
         wrong = []
         for name, i in zip(names, index):
-            configured = _group_of(name, groups)
-            used.add(configured["pattern"])
-            kwargs = configured["optimizer_kwargs"]
-            want = {"initial_lr": float(kwargs["lr"]), "betas": list(kwargs.get("betas", (0.9, 0.999))),
-                    "eps": float(kwargs.get("eps", 1e-8)), "weight_decay": float(kwargs.get("weight_decay", 0.01))}
-            got = {k: held[i].get(k) for k in want}  # initial_lr: the base rate the scheduler scales
+            configured = training_settings.group_of(name, groups)
+            used.add(configured.pattern)
+            want = configured.expected_in_optimizer()
+            got = {k: held[i].get(k) for k in want}
             if got != want:
-                wrong.append(f"{name}: pattern {configured['pattern']!r} wants {want}, its group holds {got}")
+                wrong.append(f"{name}: pattern {configured.pattern!r} wants {want}, its group holds {got}")
         expect(not wrong, f"rank {rank}: every parameter is stepped with its configured group's settings",
                "none different", wrong[:5], run, detail=f"{len(wrong)} of {len(names)} parameters")
-    expect(used == {g["pattern"] for g in groups}, "every configured group holds some parameter",
-           sorted(g["pattern"] for g in groups), sorted(used), run)
+    expect(used == {g.pattern for g in groups}, "every configured group holds some parameter",
+           sorted(g.pattern for g in groups), sorted(used), run)
 
 
 # torchtitan's ``optimizer.implementation`` -> torch's AdamW flags for the same arithmetic
@@ -160,7 +148,7 @@ def _adamw_form(config: dict) -> dict:
     return ADAMW_FORMS[implementation]
 
 
-def _adamw_reference(run, rank: int, steps: int, groups: list[dict], schedule, **changed):
+def _adamw_reference(run, rank: int, steps: int, groups: list[training_settings.GroupSettings], schedule, **changed):
     """(index -> [the reference's weights after each step]) for rank ``rank``: torch's
     AdamW, in the form the config's ``optimizer.implementation`` names, on plain float32
     copies of the weights the run started from, fed the gradients the run recorded at each
@@ -176,13 +164,10 @@ def _adamw_reference(run, rank: int, steps: int, groups: list[dict], schedule, *
         before = first[f"param{i}.before"]
         if before.numel() == 0 or f"param{i}.grad" not in first:
             continue
-        kwargs = dict(_group_of(names[i], groups)["optimizer_kwargs"])
-        base_lr = float(kwargs.pop("lr"))
-        kwargs = {"betas": tuple(kwargs.get("betas", (0.9, 0.999))), "eps": float(kwargs.get("eps", 1e-8)),
-                  "weight_decay": float(kwargs.get("weight_decay", 0.01)), **changed}
+        group = training_settings.group_of(names[i], groups)
         param = torch.nn.Parameter(before.clone())
-        optimizer = torch.optim.AdamW([param], lr=base_lr, **form, **kwargs)
-        rates = lr_schedule.learning_rates(base_lr, schedule, steps)
+        optimizer = torch.optim.AdamW([param], lr=group.lr, **form, **{**group.adamw_kwargs(), **changed})
+        rates = lr_schedule.learning_rates(group.lr, schedule, steps)
         trajectory = []
         for step in range(1, steps + 1):
             param.grad = run.probe(probes.optimizer_tensors, rank, step=step)[f"param{i}.grad"].clone()
@@ -222,7 +207,7 @@ def _adamw_run(titan_runs):
     schedule's settings and the number of recorded steps."""
     run = require_trained(titan_runs.get(DENSE_NATIVE_OPTIMIZER_TENSORS))
     config = run.resolved_config()
-    return run, config["optimizer"]["param_groups"], training_settings.schedule(config), run.spec.record_optimizer_steps
+    return run, training_settings.param_groups(config), training_settings.schedule(config), run.spec.record_optimizer_steps
 
 def _expect_adamw_within(run, contract: str, tolerance: float, unit: str, worst: float, worst_at: str,
                          compared: int, detail: str) -> None:
@@ -285,7 +270,7 @@ def test_adamw_steps_are_torchs_adamw(tier, titan_runs, record_property):
 
 
 
-def _formula_distance(run, rank: int, steps: int, groups: list[dict], schedule, **changed) -> tuple[float, str, int]:
+def _formula_distance(run, rank: int, steps: int, groups: list[training_settings.GroupSettings], schedule, **changed) -> tuple[float, str, int]:
     """The largest distance (``fixtures.oracles.adamw.distance``) over steps 1..``steps`` between
     rank ``rank``'s weights and AdamW written from its paper in float64 on the same gradients,
     with each parameter's configured group (``changed`` overrides its settings), where it is,
@@ -297,12 +282,9 @@ def _formula_distance(run, rank: int, steps: int, groups: list[dict], schedule, 
         before = dumps[0][f"param{i}.before"]
         if before.numel() == 0 or f"param{i}.grad" not in dumps[0]:
             continue
-        kwargs = dict(_group_of(names[i], groups)["optimizer_kwargs"])
-        base_lr = float(kwargs.pop("lr"))
-        settings = adamw.AdamWSettings(**{"betas": tuple(kwargs.get("betas", (0.9, 0.999))),
-                                          "eps": float(kwargs.get("eps", 1e-8)),
-                                          "weight_decay": float(kwargs.get("weight_decay", 0.01)), **changed})
-        rates = lr_schedule.learning_rates(base_lr, schedule, steps)
+        group = training_settings.group_of(names[i], groups)
+        settings = adamw.AdamWSettings(**{**group.adamw_kwargs(), **changed})
+        rates = lr_schedule.learning_rates(group.lr, schedule, steps)
         expected = adamw.replay(before, [d[f"param{i}.grad"] for d in dumps], rates, settings)
         compared += 1
         for step, dump in enumerate(dumps, start=1):
@@ -331,7 +313,7 @@ def test_adamw_steps_are_the_papers_adamw_in_float64(tier, titan_runs, record_pr
         compared += count
         if distance > worst:
             worst, worst_at = distance, where
-    betas = tuple(groups[0]["optimizer_kwargs"].get("betas", (0.9, 0.999)))
+    betas = groups[0].betas
     power = _formula_distance(run, 0, steps, groups, schedule, betas=(betas[0], betas[0]))[0]
     record_property("adamw_formula_max_units", worst)
     record_property("adamw_formula_units_if_beta2_were_beta1", power)
