@@ -41,8 +41,8 @@ def _trusted_continuation(request, titan_runs, tier) -> tuple[dict, str]:
 
 
 def test_resumes_the_trusted_checkpoint(request, tier, titan_runs, record_property):
-    """This stack resumes the trusted stack's step-3 DCP checkpoint (model, optimizer,
-    scheduler, dataloader, train state) and its steps 4 to 6 are the trusted stack's own
+    """This stack resumes the trusted stack's step-10 DCP checkpoint (model, optimizer,
+    scheduler, dataloader, train state) and its steps 11 and 12 are the trusted stack's own
     continuation from it: the same step numbers, learning rates, losses and grad norms, within
     the tier's ``resume_rtol`` (bit for bit on cpu)."""
     expected, source = _trusted_continuation(request, titan_runs, tier)

@@ -1,10 +1,12 @@
 """Resume contracts: a run resumed from a DCP checkpoint continues as if never interrupted.
 
-Two runs of one launch line (``fixtures.runs.catalogue.uninterrupted``/``resumed``): 6 steps
-from the tied checkpoint with a full checkpoint after step 3, and the same line started with
-that step-3 checkpoint in its checkpoint folder, which torchtitan resumes from (its
-fault-tolerance path, ``components/checkpointer/dcp.py``: "checkpoint.folder already contains
-valid checkpoints ... we resume from it"). The expected value of each step after the resume is
+Two runs of one launch line (``fixtures.runs.catalogue.uninterrupted``/``resumed``): 12 steps
+from the tied checkpoint with a full checkpoint every 5 steps, and the same line restarted with
+the step-5 and step-10 checkpoints in its checkpoint folder and no step named, which torchtitan
+resumes from (its fault-tolerance path, ``components/checkpointer/dcp.py``: "checkpoint.folder
+already contains valid checkpoints ... we resume from it"; ``load_step`` -1: "the latest
+checkpoint"). The explicitly named step (``--checkpoint.load_step``) is the compat contract's
+path (``test_compat.py``, resuming from the trusted stack's checkpoint). The expected value of each step after the resume is
 the uninterrupted run's own step: a reference run of the same config, not the resumed run's
 bookkeeping. Each piece of state a checkpoint must carry (CheckpointManager's ``states``:
 model, optimizer, lr_scheduler, dataloader, train_state) is checked by name, from what the
@@ -18,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.rank import probes
-from fixtures.contract import expect_close_series, expect_equal, fail, require_trained
+from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
 from fixtures.runs.catalogue import RESUME_AT, RESUME_STEPS, resumed, uninterrupted
 
 pytestmark = [pytest.mark.resume, pytest.mark.slow]
@@ -90,7 +92,7 @@ def _optimizer(whole, resumed_run, tier, record_property) -> None:
 
 
 def _train_state(whole, resumed_run, tier, record_property) -> None:
-    """The resumed run logs steps 4 to 6 (torchtitan's train_state carries the step)."""
+    """The resumed run logs steps 11 and 12 (torchtitan's train_state carries the step)."""
     expect_equal("train_state: the resumed run continues the step count", AFTER,
                  [s.step for s in resumed_run.steps], resumed_run)
 
@@ -113,10 +115,31 @@ STATES = {"dataloader": _dataloader, "lr_scheduler": _lr_scheduler, "optimizer":
 
 @pytest.mark.parametrize("state", list(STATES))
 def test_resume_restores(tier, titan_runs, record_property, state):
-    """A run resumed from the step-3 DCP checkpoint of a 6-step run restores ``state``:
-    ``dataloader`` (the same rows at steps 4 to 6), ``lr_scheduler`` (the same learning
-    rates), ``optimizer`` (the same Adam state entering step 4), ``train_state`` (steps
-    numbered 4 to 6), ``model`` (the same loss and grad norm at steps 4 to 6, within the
+    """A run resumed from the step-10 DCP checkpoint of a 12-step run restores ``state``:
+    ``dataloader`` (the same rows at steps 11 and 12), ``lr_scheduler`` (the same learning
+    rates), ``optimizer`` (the same Adam state entering step 11), ``train_state`` (steps
+    numbered 11 and 12), ``model`` (the same loss and grad norm at steps 11 and 12, within the
     tier's ``resume_rtol``: bit for bit on cpu)."""
     whole, resumed_run = _runs(titan_runs, tier)
     STATES[state](whole, resumed_run, tier, record_property)
+
+
+def test_restart_resumes_from_the_latest_checkpoint_it_finds(tier, titan_runs):
+    """Restarted with checkpoints of steps 5 and 10 in its folder and no step named (torchtitan's
+    default ``load_step`` -1, documented as "the latest checkpoint"), the run takes step 11
+    first: it found step 10, the highest step number, not the last name in lexical order
+    ("step-5") nor the first it listed. The expected step is the folder's content, which the
+    suite seeded (``RunSpec.resume_also``), not anything the run reports about itself."""
+    whole, resumed_run = _runs(titan_runs, tier)
+    seeded = sorted((*resumed_run.spec.resume_also, resumed_run.spec.resume_step))
+    expect(len(seeded) > 1 and len({len(str(s)) for s in seeded}) > 1,
+           "the folder holds checkpoints whose step numbers have different digit counts",
+           "at least two, of different lengths", seeded, resumed_run)
+    first = resumed_run.steps[0].step if resumed_run.steps else None
+    taken_from = None if first is None else first - 1
+    expect_equal(f"the restarted run resumes from the latest of the checkpoints of steps {seeded} in its folder "
+                 "(first step it takes, minus one)", max(seeded), taken_from, resumed_run,
+                 detail=("it resumed from the lexically last folder name (step-5 > step-10)"
+                         if taken_from == max(seeded, key=lambda s: f"step-{s}") else
+                         "it resumed from none of them" if taken_from not in seeded else "")
+                 + f"; uninterrupted run (the checkpoints' source): {whole.run_dir}")
