@@ -222,6 +222,92 @@ def test_moe_adapter_parity_with_fp32_experts(moe_pair):
     expect_equal("argmax agrees everywhere", 1.0, (out.argmax(-1) == ref.argmax(-1)).float().mean().item())
 
 
+# ----------------------------------------------------------------------------- backward
+# The gradient of each router gate and expert weight against transformers' on the same weights
+# and tokens, per tensor as |g - g_ref| / |g_ref| (Frobenius norms). With the experts in fp32
+# both sides differ in summation order only: measured 8.2e-7 (tiny model, weights x10).
+FP32_GRAD_RTOL = 1e-5
+# With upstream's bf16 experts (the known forward deviation above) they differ by the casts,
+# by as much as 0.2 relative (cosine 0.980) on these tokens: no tolerance would tell a cast from
+# a wrong backward there, so the contract compares with the experts in fp32.
+
+
+def _hf_gradient_of(hf_params: dict, name: str):
+    """transformers' parameter and gradient for torchtitan's MoE parameter ``name`` (the
+    layout facts above; transformers 5 holds each layer's experts fused: ``experts.gate_up_proj``
+    ``[E, 2F, D]``, gate rows first, as its ``Qwen3MoeExperts.forward`` chunks them, and
+    ``experts.down_proj`` ``[E, D, F]``)."""
+    layer = name.split(".")[1]
+    prefix = f"model.layers.{layer}.mlp."
+    if name.endswith("router.gate.weight"):
+        p = hf_params[prefix + "gate.weight"]
+        return p, p.grad
+    if name.endswith("w2_EDF"):
+        p = hf_params[prefix + "experts.down_proj"]
+        return p, p.grad
+    fused = hf_params[prefix + "experts.gate_up_proj"]
+    half = fused.shape[1] // 2
+    rows = slice(0, half) if name.endswith("w1_EFD") else slice(half, None)
+    return fused[:, rows], fused.grad[:, rows]
+
+
+def _moe_gradients(pair, *, fp32: bool) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``{torchtitan name: (its gradient, transformers')}`` of every router gate and expert
+    weight after one backward of the mean next-token cross entropy (written here, the same for
+    both models) on the same tokens; ``fp32``: torchtitan's experts in float32."""
+    import contextlib
+
+    from fixtures.rank.titan import fp32_experts  # torchtitan: see conformance/conftest.py
+
+    tokens = torch.randint(0, TINY.vocab_size, (2, 64), generator=torch.Generator().manual_seed(2))
+
+    def backward(model, call):
+        model.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            logits = call(tokens).float()
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                     tokens[:, 1:].reshape(-1))
+            loss.backward()
+
+    hf, titan = pair["hf"], pair["titan"]
+    backward(hf, lambda t: hf(input_ids=t, use_cache=False).logits)
+    with fp32_experts.experts_in_fp32(titan) if fp32 else contextlib.nullcontext():
+        backward(titan, titan)
+    hf_params = dict(hf.named_parameters())
+    out = {}
+    for name, param in titan.named_parameters():
+        if ".moe." not in name or not (name.endswith("router.gate.weight") or "experts" in name):
+            continue
+        hf_param, hf_grad = _hf_gradient_of(hf_params, name)
+        expect(torch.equal(hf_param.detach(), param.detach()), f"{name} is transformers' tensor it is compared "
+               "with (the pairing of the gradients is right)", "equal weights", "different weights")
+        out[name] = (param.grad, hf_grad)
+    hf.zero_grad(set_to_none=True)
+    titan.zero_grad(set_to_none=True)
+    expect(len(out) == TINY_MOE.n_layers * 4, "every MoE layer's router gate and three expert weights compared",
+           TINY_MOE.n_layers * 4, sorted(out))
+    return out
+
+
+def test_moe_backward_matches_transformers_with_fp32_experts(moe_pair, record_property):
+    """One backward through the MoE model (the router's softmax, top-k gather and
+    renormalisation, the routing weights times the expert outputs, the grouped experts) gives
+    every router gate and expert weight the gradient transformers' Qwen3-MoE gives it on the
+    same weights and tokens, within ``FP32_GRAD_RTOL`` (experts in fp32, so only summation
+    order differs). The forward contracts cannot see a router whose backward is wrong (a
+    detached renormalisation computes the same routing); this one can. Oracle: transformers."""
+    worst, where = 0.0, None
+    for name, (grad, ref) in _moe_gradients(moe_pair, fp32=True).items():
+        expect(grad is not None and ref is not None and ref.norm() > 0, f"{name} has a gradient on both sides",
+               "a non-zero gradient", "none" if grad is None else "zero")
+        rel = ((grad - ref).norm() / ref.norm()).item()
+        if rel > worst:
+            worst, where = rel, name
+    record_property("moe_fp32_grad_max_rel_error", worst)
+    expect(worst <= FP32_GRAD_RTOL, "router and expert gradients match transformers' (fp32 experts)",
+           f"<= {FP32_GRAD_RTOL} relative", worst, detail=f"worst at {where}")
+
+
 # ----------------------------------------------------------------------------- beyond routing counts
 # The facts these contracts hold the run to, from outside it:
 # - Qwen3-MoE routing (transformers' ``Qwen3MoeSparseMoeBlock``, ``norm_topk_prob`` true in
@@ -303,6 +389,44 @@ def test_gate_weights_ignore_the_load_balancing_bias(tier, titan_runs, record_pr
            "some token's experts (so the weights were checked where the bias acted)",
            "> 0 calls with a bias, > 0 tokens moved", {"calls with a non-zero bias": with_bias, "tokens moved": moved},
            run)
+
+
+def _tree_name(name: str) -> str:
+    """A module's name in the model as written, without the wrappers activation checkpointing
+    and compilation put in the tree (``_checkpoint_wrapped_module``, ``_orig_mod``)."""
+    return ".".join(part for part in name.split(".") if not part.startswith("_"))
+
+
+def test_router_gates_learn_in_the_run(tier, titan_runs, record_property):
+    """Inside the MoE run, every router gate is trained: from its weights at the first forward
+    (recorded by the router's hook) to the final state, at least half of its elements moved by
+    more than a tenth of step 1's learning rate beyond what weight decay alone would have done
+    (AdamW's first update moves every element whose gradient is not zero by the rate itself:
+    ``m/sqrt(v) = g/|g|``; with no gradient only the decay acts). A router left out of the
+    backward, of the optimizer or of FSDP's gradient reduction stays on the decay-only path.
+    Oracle: the AdamW formula and the weights the run started from."""
+
+    run = require_trained(titan_runs.get(MOE_NATIVE))
+    first = {router: fields["gate_weight"] for (router, call), fields in
+             _router_calls(run.probe(probes.router_io, 0)).items() if call == 1}
+    final = final_state.assemble(run.probe_dir, run.world_size)
+    steps = run.probe(probes.optimizer, 0)
+    decay = 1.0
+    for step in steps:
+        group = step["groups"][0]
+        decay *= 1.0 - group["lr"] * group["weight_decay"]
+    floor = 0.1 * steps[0]["groups"][0]["lr"]
+    expect_equal("a router gate recorded at the first forward of every MoE layer", WRITEUP_LAYERS, len(first), run)
+    least = 1.0
+    for router, start in sorted(first.items()):
+        end = final[f"{_tree_name(router)}.gate.weight"].double()
+        beyond_decay = (end - start.double() * decay).abs()
+        share = (beyond_decay > floor).double().mean().item()
+        least = min(least, share)
+        expect(share >= 0.5, f"{_tree_name(router)}: the gate learned over {len(steps)} steps",
+               f">= half of its elements moved by > {floor:.3g} beyond weight decay", f"{share:.3f} of them", run,
+               detail=f"median movement beyond decay {beyond_decay.median().item():.3g}; decay factor {decay:.6f}")
+    record_property("moe_router_gate_least_share_learning", least)
 
 
 def test_expert_bias_moves_and_agrees_across_ranks(titan_runs):
