@@ -24,6 +24,7 @@ import pytest
 
 from fixtures.oracles import performance
 from fixtures.contract import expect, require_trained
+from fixtures.rank.titan import training_batch
 from fixtures.runs.catalogue import CATALOGUE
 
 pytestmark = [pytest.mark.perf, pytest.mark.slow]
@@ -54,10 +55,38 @@ def test_steady_state_is_reached_and_measured(tier, titan_runs, record_property)
         expect(fig.steady, f"rank {rank}: a steady state after the warm-up rule (fixtures.oracles.performance)",
                f">= {performance.MIN_STEADY_STEPS} steady steps", f"{fig.steps - fig.warmup_steps} of "
                f"{fig.steps} (warm-up {fig.warmup_steps} steps)", run)
-        for name in ("first_step_s", "step_time_s", "tokens_per_s", "peak_memory_gib"):
+        for name in ("first_step_s", "step_time_s", "tokens_per_s", "tokens_per_step", "peak_memory_gib"):
             value = getattr(fig, name)
             expect(math.isfinite(value) and value > 0, f"rank {rank}: {name} is measured",
                    "a finite figure > 0", value, run)
+
+
+def _tokens_per_rank_step(run) -> float:
+    """What one step of the run feeds each rank, from its configuration: rows per microbatch x
+    sequence length x microbatches per step, over the tensor-parallel degree (torchtitan's
+    throughput is per device of a data-parallel replica)."""
+    config = run.resolved_config()
+    rows, seq_len = training_batch.resolved_batch(config)
+    tp = int(config.get("parallelism", {}).get("tensor_parallel_degree", 1) or 1)
+    global_rows = config["training"].get("global_batch_size", -1)
+    microbatches = 1 if global_rows in (-1, None) else global_rows // (rows * (run.world_size // tp))
+    return rows * seq_len * microbatches / tp
+
+
+def test_throughput_counts_the_tokens_each_step_processed(tier, titan_runs):
+    """On every rank, torchtitan's throughput times its step time (the tokens it says one
+    steady step processed: it divides those tokens by that time) equals the tokens the run's
+    configured batch feeds a rank per step (``_tokens_per_rank_step``) within ``TOKENS_RTOL``. A
+    throughput figure that counts other tokens (padding dropped, microbatches missed, another
+    rank's) would make tokens/s and an upgrade's comparison of it wrong; the upgrade check then
+    compares tokens per step between stacks (``upgrades.perf_compare.work_changed``)."""
+    run, figures = _figures(tier, titan_runs)
+    expected = _tokens_per_rank_step(run)
+    for rank, fig in sorted(figures.items()):
+        expect(abs(fig.tokens_per_step - expected) <= performance.TOKENS_RTOL * expected,
+               f"rank {rank}: tokens per step (throughput x step time) are the configured batch's",
+               expected, fig.tokens_per_step, run,
+               detail=f"configured rows x seq_len per rank: {training_batch.resolved_batch(run.resolved_config())}")
 
 
 def test_device_memory_does_not_grow_in_steady_state(tier, titan_runs):

@@ -93,15 +93,16 @@ def test_the_interval_is_the_same_for_the_same_figures():
     assert (a.low, a.high) == (b.low, b.high)
 
 
-def _rank(times, peak, growth):
+def _rank(times, peak, growth, tokens=2048):
     import statistics
 
-    return {"steady_times": list(times), "step_time_s": statistics.median(times), "tokens_per_s": 2048 / statistics.median(times),
+    return {"steady_times": list(times), "step_time_s": statistics.median(times),
+            "tokens_per_s": tokens / statistics.median(times), "tokens_per_step": tokens,
             "peak_memory_gib": peak, "memory_growth_mib_per_step": growth}
 
 
-def _launch(tmp_path, stack, name, times, peak, growth=0.05, outcome="passed"):
-    figures = {"ranks": {"0": _rank(times, peak, growth), "1": _rank(times, peak - 0.01, growth)}}
+def _launch(tmp_path, stack, name, times, peak, growth=0.05, outcome="passed", tokens=2048):
+    figures = {"ranks": {"0": _rank(times, peak, growth, tokens), "1": _rank(times, peak - 0.01, growth, tokens)}}
     return perf_compare.Launch(stack, tmp_path / name, figures, outcome)
 
 
@@ -262,9 +263,10 @@ def test_a_busy_machine_makes_the_verdict_inconclusive_with_the_reason(tmp_path)
     same[1].machine_load = {"others_fraction": 0.25, "steal_fraction": 0.0}
     verdict = perf_compare.judge(base + same, POLICY)
     assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed
-    assert verdict.problems == [f"candidate session {same[1].report_dir.name}: other processes used 25% of the "
-                                "machine's CPU time (bound 10%)"]
-    assert "a busy machine: candidate session" in "\n".join(perf_compare.render(verdict, POLICY, base + same))
+    assert verdict.problems == [f"a busy machine: candidate session {same[1].report_dir.name}: other processes "
+                                "used 25% of the machine's CPU time (bound 10%)"]
+    assert "step time not judged, a busy machine: candidate session" in "\n".join(
+        perf_compare.render(verdict, POLICY, base + same))
     same[1].machine_load = {"others_fraction": 0.0, "steal_fraction": 0.2}
     assert "stole 20%" in perf_compare.judge(base + same, POLICY).problems[0]
 
@@ -282,7 +284,29 @@ def test_a_busy_machine_never_keeps_slower_beside_a_memory_verdict(tmp_path):
     verdict = perf_compare.judge(base + worse, POLICY)
     assert verdict.verdict == "LARGER+INCONCLUSIVE" and not verdict.step_judged and not verdict.passed
     page = "\n".join(perf_compare.render(verdict, POLICY, base + worse))
-    assert "not judged (a busy machine, below)" in page and "| **yes** |" in page  # the memory row still flagged
+    assert "not judged (below)" in page and "| **yes** |" in page  # the memory row still flagged
+
+
+def test_another_amount_of_work_per_step_leaves_step_time_unjudged_and_named(tmp_path):
+    """A candidate whose steps process another number of tokens (a changed default batch,
+    packing or sequence length) is not SLOWER or PASS on step time: its steps are other work.
+    The verdict is INCONCLUSIVE with both stacks' tokens per step named, and each session's
+    tokens per step is on the page; equal work within the throughput figure's rounding is
+    judged as before."""
+    base, same = _a_a(tmp_path)
+    assert perf_compare.work_changed(base + same) is None
+    rounded = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88, tokens=2048.4)
+               for i in A_A[1]]
+    assert perf_compare.judge(base + rounded, POLICY).verdict == "PASS"
+    doubled = [_launch(tmp_path, "candidate", f"candidate-{i}", [t * 1.9 for t in SERIES[i]["steady_times"]], 0.88,
+                       tokens=4096) for i in A_A[1]]
+    verdict = perf_compare.judge(base + doubled, POLICY)
+    assert verdict.verdict == "INCONCLUSIVE" and not verdict.step_judged and not verdict.passed
+    assert verdict.problems == ["another amount of work per step: the trusted stack's steps processed [4096] tokens, "
+                                "the candidate's [8192] (all ranks; a changed batch, packing or sequence length): "
+                                "their step times measure different work"]
+    page = "\n".join(perf_compare.render(verdict, POLICY, base + doubled))
+    assert "step time not judged, another amount of work per step" in page and "| 8192 |" in page
 
 
 def test_the_machine_load_around_a_session_is_measured():

@@ -59,6 +59,11 @@ class Launch:
         return tuple(self.figures["ranks"][rank]["steady_times"]) if rank is not None else ()
 
     @property
+    def tokens_per_step(self) -> float:
+        """The tokens one step of the run processed, all ranks together."""
+        return sum(r["tokens_per_step"] for r in self.figures["ranks"].values())
+
+    @property
     def peak_gib(self) -> float:
         return max(r["peak_memory_gib"] for r in self.figures["ranks"].values())
 
@@ -162,7 +167,7 @@ class Verdict:
     leaks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     accepted: bool = False
-    step_judged: bool = True  # False where a busy machine leaves step time undecided
+    step_judged: bool = True  # False where a busy machine or another amount of work per step leaves step time undecided
 
     @property
     def passed(self) -> bool:
@@ -195,6 +200,18 @@ def measurement_problems(launches: list[Launch]) -> list[str]:
     return problems
 
 
+def work_changed(launches: list[Launch]) -> str | None:
+    """Why the two stacks' steps are not the same work (tokens per step differ), or None: step
+    times of different work are not comparable, so step time is then not judged."""
+    tokens = {s: sorted({round(l.tokens_per_step) for l in launches if l.stack == s}) for s in ("trusted", "candidate")}
+    low, high = min(tokens["trusted"] + tokens["candidate"]), max(tokens["trusted"] + tokens["candidate"])
+    if high - low <= performance.TOKENS_RTOL * high:
+        return None
+    return (f"another amount of work per step: the trusted stack's steps processed {tokens['trusted']} tokens, "
+            f"the candidate's {tokens['candidate']} (all ranks; a changed batch, packing or sequence length): "
+            "their step times measure different work")
+
+
 def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool = False) -> Verdict:
     """The performance verdict of interleaved launches, by ``policy``'s thresholds; NOT
     MEASURED (``measurement_problems``) whenever a launch measured nothing a verdict can rest on.
@@ -210,16 +227,19 @@ def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool
     leaks = [f"{l.report_dir.name}: peak memory grows {l.growth_mib_per_step:.3f} MiB per steady step "
              f"(bound {policy.leak_mib_per_step})" for l in measured["candidate"]
              if l.growth_mib_per_step > policy.leak_mib_per_step]
-    busy_launches = [why for l in launches if (why := busy(l))]
-    # Step times taken on a busy machine are another machine's: never SLOWER (nor PASS) on them.
-    # Memory does not depend on a busy CPU: LARGER and LEAKING stand, with step time undecided.
-    step_judged = not busy_launches
+    busy_launches = [f"a busy machine: {why}" for l in launches if (why := busy(l))]
+    changed = work_changed(launches)
+    # Step times taken on a busy machine are another machine's, and those of another amount of
+    # work are another run's: never SLOWER (nor PASS) on them. Memory does not depend on a busy
+    # CPU: LARGER and LEAKING stand, with step time undecided.
+    unjudged = busy_launches + ([changed] if changed else [])
+    step_judged = not unjudged
     words = [w for w, bad in (("SLOWER", step_judged and step.flagged), ("LARGER", peak.flagged),
                               ("LEAKING", bool(leaks))) if bad]
     undecided = (not step_judged or step.inconclusive or peak.inconclusive) and not (words and step_judged)
     if undecided:
         words.append("INCONCLUSIVE")
-    return Verdict("+".join(words) or "PASS", [step, peak], leaks, busy_launches,
+    return Verdict("+".join(words) or "PASS", [step, peak], leaks, unjudged,
                    accepted=bool(words) and accepted, step_judged=step_judged)
 
 
@@ -250,7 +270,7 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
         for c in verdict.comparisons:
             flag = "**yes**" if c.flagged else ("inconclusive" if c.inconclusive else "no")
             if c.figure == "step_time_s" and not verdict.step_judged:
-                flag = "not judged (a busy machine, below)"
+                flag = "not judged (below)"
             lines.append(f"| {c.figure} (median of {c.launches[0]}+{c.launches[1]} launches) | {c.trusted:.4g} | "
                          f"{c.candidate:.4g} | {c.change()} | {flag} |")
         lines.append("")
@@ -262,14 +282,16 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
         lines += ["", "Rerun with more launches (`--performance-launches 5`) on a quiet machine, or accept with "
                   "`--accept-performance`.", ""]
     lines += [f"- leak: {leak}" for leak in verdict.leaks]
-    lines += [f"- {'not measured' if verdict.verdict == 'NOT MEASURED' else 'a busy machine'}: {p}"
+    lines += [f"- {'not measured: ' if verdict.verdict == 'NOT MEASURED' else 'step time not judged, '}{p}"
               for p in verdict.problems]
     lines += ["", "Each session's step time (the median of its slowest rank's steady steps), in launch order:", "",
-              "| session | stack | slowest rank | median step s | others' CPU | steal |", "|---|---|---|---|---|---|"]
+              "| session | stack | slowest rank | median step s | tokens per step | others' CPU | steal |",
+              "|---|---|---|---|---|---|---|"]
     for l in launches:
         median = f"{statistics.median(l.steady_times):.4f}" if l.steady_times else "-"
         load = l.machine_load or {}
-        lines.append(f"| `perf/{l.report_dir.name}` | {l.stack} | {l.slowest_rank} | {median} | "
+        tokens = f"{l.tokens_per_step:.0f}" if l.figures else "-"
+        lines.append(f"| `perf/{l.report_dir.name}` | {l.stack} | {l.slowest_rank} | {median} | {tokens} | "
                      f"{load.get('others_fraction', '-')} | {load.get('steal_fraction', '-')} |")
     lines.append("")
     return lines
