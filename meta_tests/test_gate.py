@@ -450,6 +450,13 @@ def test_the_performance_lines_against_the_baseline(baseline):
         later["contracts"].append({**next(c for c in run["contracts"] if c["nodeid"] == PERF_NODEID),
                                    "nodeid": PERF_NODEID + "z"})
         assert [l.split(": steady step")[0] for l in gate.performance_against(only, later)] == [PERF_NODEID + "z"]
+    # a step that processed other tokens than the baseline's is named, and its time not compared
+    doubled = copy.deepcopy(run)
+    next(c for c in doubled["contracts"] if c["nodeid"] == PERF_NODEID)["measured"] = {
+        "performance": json.dumps({"ranks": {"0": {**after, "tokens_per_step": 4096}}})}
+    assert gate.performance_against(base, doubled)[0] == (
+        f"{PERF_NODEID}: tokens per step 2048 -> 4096 (rank 0): the step does other work, so its time is not "
+        "comparable")
     # and a run whose rank 0 has no steady steps is NOT MEASURED, never compared
     empty = copy.deepcopy(run)
     next(c for c in empty["contracts"] if c["nodeid"] == PERF_NODEID)["measured"] = {
