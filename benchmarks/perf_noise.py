@@ -59,7 +59,7 @@ def false_alarms(sessions: list[dict], launches: int, policy: performance.PerfPo
         trusted, candidate = picked[0::2], picked[1::2]  # interleaved, as the upgrade check runs them
         step = performance.compare_step_times([tuple(sessions[i]["steady_times"]) for i in trusted],
                                               [tuple(sessions[i]["steady_times"]) for i in candidate],
-                                              policy.slower_than, resamples=300)
+                                              policy.slower_than)
         peak = performance.compare_peaks([sessions[i]["peak_gib"] for i in trusted],
                                          [sessions[i]["peak_gib"] for i in candidate], policy.larger_than)
         ratios.append(step.ratio)

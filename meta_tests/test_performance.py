@@ -58,6 +58,22 @@ def _launches(indices, scale=1.0):
     return [tuple(t * scale for t in SERIES[i]["steady_times"]) for i in indices]
 
 
+def test_the_recorded_training_memory_peaks_never_flag_at_the_cpu_threshold():
+    """The cpu tier's peak figure is training memory (peak resident size above what the rank
+    held before training): six recorded sessions of one stack (``perf_peaks_training_memory.json``,
+    ``benchmarks/perf_noise.py --save``) compared 2 against 2 and 3 against 3, interleaved: no
+    flag and no inconclusive at ``CPU_PERF.larger_than``; a 20% larger candidate is flagged."""
+
+    peaks = [s["peak_gib"] for s in json.loads((Path(__file__).parent / "perf_peaks_training_memory.json").read_text())]
+    threshold = performance.CPU_PERF.larger_than
+    for launches in (2, 3):
+        for picked in itertools.combinations(range(len(peaks)), 2 * launches):
+            trusted, candidate = [peaks[i] for i in picked[0::2]], [peaks[i] for i in picked[1::2]]
+            same = performance.compare_peaks(trusted, candidate, threshold)
+            assert not same.flagged and not same.inconclusive, same
+            assert performance.compare_peaks(trusted, [p * 1.2 for p in candidate], threshold).flagged
+
+
 def test_the_recorded_a_a_sessions_never_flag():
     """Every 4-against-4 split of the 8 recorded sessions of one stack, both ways: no flag, and
     few inconclusive (they add launches in the upgrade check, benchmarks/perf_power.py measures
