@@ -258,6 +258,7 @@ def _moe_gradients(pair, *, fp32: bool) -> dict[str, tuple[torch.Tensor, torch.T
     import contextlib
 
     from fixtures.rank.titan import fp32_experts  # torchtitan: see conformance/conftest.py
+    from fixtures.rank.titan.model_call import row_logits
 
     tokens = torch.randint(0, TINY.vocab_size, (2, 64), generator=torch.Generator().manual_seed(2))
 
@@ -272,7 +273,7 @@ def _moe_gradients(pair, *, fp32: bool) -> dict[str, tuple[torch.Tensor, torch.T
     hf, titan = pair["hf"], pair["titan"]
     backward(hf, lambda t: hf(input_ids=t, use_cache=False).logits)
     with fp32_experts.experts_in_fp32(titan) if fp32 else contextlib.nullcontext():
-        backward(titan, titan)
+        backward(titan, lambda t: row_logits(titan, t))
     hf_params = dict(hf.named_parameters())
     out = {}
     for name, param in titan.named_parameters():
