@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fixtures.runs import cache as run_cache
+from fixtures.runs import run_identity
 from fixtures.runs.cache import RunCache
 from fixtures.data.assets import Assets
 from fixtures.runs.inputs import RunInputs
@@ -54,12 +54,12 @@ def test_a_locally_patched_installed_package_changes_its_stamp(tmp_path, monkeyp
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("x = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    before = run_cache.installed_tree_stamp(("fakepkg_for_identity",))
+    before = run_identity.installed_tree_stamp(("fakepkg_for_identity",))
     (package / "__init__.py").write_text("x = 22\n")  # same version, edited in place
     os.utime(package / "__init__.py", ns=(1, 1))
-    after = run_cache.installed_tree_stamp(("fakepkg_for_identity",))
+    after = run_identity.installed_tree_stamp(("fakepkg_for_identity",))
     assert before and after and before != after
-    assert set(run_cache.installed_tree_stamp()) >= {"torch", "torchtitan", "transformers"}
+    assert set(run_identity.installed_tree_stamp()) >= {"torch", "torchtitan", "transformers"}
     sys.modules.pop("fakepkg_for_identity", None)
 
 
