@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.launch import launcher
+from fixtures.launch import launch_processes, launcher
 from fixtures.runs import plan
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]
@@ -82,7 +82,7 @@ def test_hung_rank_fails_within_timeout_and_leaves_nothing(tmp_path, record_prop
     assert outcome.timed_out and not outcome.ok
     # The whole tree is gone: SIGABRT + SIGTERM grace periods bound the clean-up.
     assert outcome.leftover_pids == []
-    assert elapsed < timeout + launcher.ABORT_GRACE_S + 2 * launcher.TERM_GRACE_S + 5, elapsed
+    assert elapsed < timeout + launch_processes.ABORT_GRACE_S + 2 * launch_processes.TERM_GRACE_S + 5, elapsed
     assert outcome.ranks_alive_at_timeout == [0, 1]
     # The hung rank is named by where it hangs: faulthandler's dump in its own log.
     rank1 = Path(outcome.rank_logs[1]["stderr"]).read_text()
@@ -114,7 +114,7 @@ def test_a_launch_stopped_by_its_poll_says_why_and_leaves_nothing(tmp_path):
     elapsed = time.monotonic() - stopped_at[0]
     assert outcome.stopped == reason and outcome.timed_out and not outcome.ok
     assert outcome.leftover_pids == []
-    assert elapsed < launcher.POLL_S + launcher.ABORT_GRACE_S + 2 * launcher.TERM_GRACE_S + 5, elapsed
+    assert elapsed < launcher.POLL_S + launch_processes.ABORT_GRACE_S + 2 * launch_processes.TERM_GRACE_S + 5, elapsed
     assert f"stopped: {reason}; ranks still running then: [0, 1]" in launcher.describe_failure(outcome)
     assert launcher.LaunchOutcome.from_dict(outcome.to_dict()).stopped == reason
 
