@@ -66,12 +66,12 @@ def test_chat_labels_mask_the_prompt_and_the_padding(tier, titan_runs):
         batch = hf_reference.as_rows(run.probe(probes.batch, rank))
         rows = chat_reference.as_batch(samples, seq_len, eos)
         for name in ("inputs", "labels", "positions"):
-            if name not in batch and name == "positions":
+            if name == "positions" and name not in batch:  # the trainer passed none: nothing to compare
                 continue
             expect_equal(f"rank {rank}: the first batch's {name} are the chat rows made from the data", "none",
                          _first_difference(batch[name], rows[name]), run,
-                         detail=f"samples {[s.index for s in samples]}; masked prompt lengths "
-                                f"{[s.labels.index(next(x for x in s.labels if x != -100)) for s in samples]}")
+                         detail=f"samples {[s.index for s in samples]}; labels masked from the data: "
+                                f"{[len(s.labels) - s.unmasked for s in samples]} prompt positions")
         masked = int((batch["labels"] == chat_reference.IGNORE_INDEX).sum())
         expect(0 < masked < batch["labels"].numel(), f"rank {rank}: some labels are masked and some are not",
                f"between 1 and {batch['labels'].numel() - 1} masked", masked, run)
@@ -84,7 +84,8 @@ def test_chat_ranks_read_disjoint_blocks_in_the_documented_order(tier, titan_run
     row is identified by its tokens among all samples of the data."""
     run, folder, expected, seq_len = _run_and_expected(tier, titan_runs)
     tokenizer = chat_reference.tokenizer_of(folder)
-    dataset = resolved_folder = run.resolved_config()["dataloader"]["dataset_path"]
+    dataset = run.resolved_config()["dataloader"]["dataset_path"]
+    eos = hf_reference.eos_id(folder)
     by_inputs = {tuple(chat_reference.tokenized(tokenizer, i, s).inputs): i
                  for i, s in enumerate(chat_reference.read_samples(dataset))}
     read = {}
@@ -93,11 +94,11 @@ def test_chat_ranks_read_disjoint_blocks_in_the_documented_order(tier, titan_run
         found = []
         for row in batch["inputs"].tolist():
             match = [i for key, i in by_inputs.items() if tuple(row[:len(key)]) == key
-                     and all(t == hf_reference.eos_id(folder) for t in row[len(key):])]
+                     and all(t == eos for t in row[len(key):])]
             found.append(match[0] if len(match) == 1 else f"no single sample ({len(match)} match)")
         read[rank] = found
         expect_equal(f"rank {rank} reads its block of the seed-42 shuffle in order", [s.index for s in samples],
-                     found, run, detail=f"data {resolved_folder}")
+                     found, run, detail=f"data {dataset}")
     flat = [i for rows in read.values() for i in rows]
     expect_equal("no sample is read by two ranks", len(flat), len(set(map(str, flat))), run, detail=str(read))
 
@@ -126,14 +127,15 @@ def test_chat_loss_is_normalised_by_the_global_count_of_valid_tokens(tier, titan
     global token count it was divided by) divides by the number of unmasked labels of all
     ranks' rows counted from the data, and the logged step-1 loss is the ranks' summed losses
     over that count. No model is recomputed: this holds on every tier."""
-    run, _, expected, _ = _run_and_expected(tier, titan_runs)
+    run, _, expected, seq_len = _run_and_expected(tier, titan_runs)
     valid = sum(s.unmasked for rank in expected for s in rank)
+    every = seq_len * sum(len(rank) for rank in expected)
     recorded = [run.probe(probes.first_loss, r) for r in range(tier.nproc_per_node)]
     for rank, rec in enumerate(recorded):
         expect_equal(f"rank {rank}: step-1 loss divided by the global count of unmasked labels", valid,
                      int(round(rec["global_tokens"])), run,
-                     detail=f"all tokens of all rows: {tier.nproc_per_node * sum(len(s.inputs) for s in expected[0])}+pad; "
-                            f"this rank's unmasked: {rec['local_tokens']}")
+                     detail=f"every token of every rank's rows, prompt and padding included: {every}; "
+                            f"this rank's unmasked labels: {rec['local_tokens']}")
     total = sum(rec["local_sum"] for rec in recorded) / valid
     first = run.steps[0].loss
     rtol = tier.numerics.first_loss_rtol

@@ -111,7 +111,7 @@ def test_the_plan_on_each_host_says_which_runs_do_not_fit(tmp_path):
     pod = session_plan.plan(CATALOGUE, _trn2(tmp_path, cores=POD_CORES))
     assert len(pod.not_fitting()) == len(pod.launches)
     text = small.text()
-    assert "memory: 2 of 27 launches do not fit and are refused before launch: rank_scaling_fewer_ranks, " \
+    assert "memory: 2 of 28 launches do not fit and are refused before launch: rank_scaling_fewer_ranks, " \
            "tensor_parallel_reference" in text, text
     assert "2 ranks  37.46 GiB a rank of 24 GiB: DOES NOT FIT (state 29.97 GiB" in text, text
 
