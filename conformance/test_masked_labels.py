@@ -105,7 +105,8 @@ def test_chat_ranks_read_disjoint_blocks_in_the_documented_order(tier, titan_run
 
 @pytest.mark.only_tiers("cpu", reason=tier_profile.IN_SUITE_REFERENCE_MODEL + " is needed: recomputing "
                         "Qwen3-4B over all 64 ranks' rows inside pytest is out of reach; on trn2 "
-                        "test_chat_loss_is_normalised_by_the_global_count_of_valid_tokens checks the normalisation")
+                        "test_chat_rank0_loss_equals_transformers_on_its_rows checks a bounded sample and "
+                        "test_chat_loss_is_normalised_by_the_global_count_of_valid_tokens the normalisation")
 def test_chat_step1_loss_is_the_mean_over_unmasked_tokens(tier, titan_runs, record_property):
     """The first logged loss equals transformers' mean cross-entropy over the unmasked labels
     of every rank's rows together, with the weights of the checkpoint the run started from,
@@ -120,6 +121,23 @@ def test_chat_step1_loss_is_the_mean_over_unmasked_tokens(tier, titan_runs, reco
     expect(math.isclose(first, reference, rel_tol=rtol),
            f"step-1 loss equals transformers' mean over the {count} unmasked tokens within {rtol}",
            reference, first, run, detail=f"difference {first - reference:.3g}")
+
+
+def test_chat_rank0_loss_equals_transformers_on_its_rows(tier, titan_runs, record_property):
+    """A bounded sample on every tier: rank 0's share of the step-1 loss (recorded inside the
+    run: its summed token losses over its own count of unmasked labels) equals transformers'
+    mean cross-entropy over the unmasked labels of rank 0's rows made from the data, computed in
+    the tier's dtype (cpu float32, trn2 bfloat16) within the tier's first_loss_rtol."""
+    run, folder, expected, _ = _run_and_expected(tier, titan_runs)
+    model = hf_reference.transformers_model(folder, tier.numerics.dtype)
+    reference, count = chat_reference.loss(model, expected[0])
+    recorded = run.probe(probes.first_loss, 0)
+    rtol = tier.numerics.first_loss_rtol
+    record_property("chat_rank0_first_loss_vs_reference", f"{recorded['mean']:.7f} vs {reference:.7f}")
+    expect_equal("rank 0's unmasked labels are the data's", count, recorded["local_tokens"], run)
+    expect(math.isclose(recorded["mean"], reference, rel_tol=rtol),
+           f"rank 0's step-1 loss equals transformers' ({tier.numerics.dtype}) over its {count} unmasked labels "
+           f"within {rtol}", reference, recorded["mean"], run, detail=f"difference {recorded['mean'] - reference:.3g}")
 
 
 def test_chat_loss_is_normalised_by_the_global_count_of_valid_tokens(tier, titan_runs):
