@@ -11,6 +11,7 @@ import pytest
 
 from fixtures.data import chat_data, chat_reference, packing
 from fixtures.data.chat_data import ChatPairs
+from fixtures.rank.titan import chat_loader
 from fixtures.runs.spec import RunSpec
 
 pytestmark = pytest.mark.meta
@@ -104,7 +105,7 @@ def test_the_reference_rows_are_what_torchtitans_chat_dataset_documents(assets, 
     seq_len, data = 64, tmp_path / "data"
     chat_data.build(ChatPairs(samples=4), packing.documents(assets.dataset_dir), folder, seq_len, data)
     titan = ChatDataset(load_dataset(str(data), split="train"), HuggingFaceTokenizer(tokenizer_path=str(folder)),
-                        chat_data.messages, seq_len=seq_len)
+                        chat_loader.messages, seq_len=seq_len)
     rows = []
     for (inputs, labels), _ in zip(titan, range(2)):
         rows.append((inputs["input"].tolist(), labels.tolist(), inputs["positions"].tolist()))
