@@ -279,7 +279,7 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
                   "pass, and fails the check unless accepted with `--accept-performance`.", ""]
     if verdict.verdict.endswith("INCONCLUSIVE"):
         lines += [f"- {inconclusive_reason(c)}" for c in verdict.comparisons if c.inconclusive]
-        lines += ["", "Rerun with more launches (`--performance-launches 5`) on a quiet machine, or accept with "
+        lines += ["", "Rerun with more launches (`--performance-max-launches`) on a quiet machine, or accept with "
                   "`--accept-performance`.", ""]
     lines += [f"- leak: {leak}" for leak in verdict.leaks]
     lines += [f"- {'not measured: ' if verdict.verdict == 'NOT MEASURED' else 'step time not judged, '}{p}"
