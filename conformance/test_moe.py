@@ -16,9 +16,9 @@ import torch
 
 from fixtures.rank import probes
 from fixtures.data import checkpoints, final_state, hf_reference
-from fixtures.contract import expect, expect_equal, fail, require_trained
+from fixtures.contract import expect, expect_close_series, expect_equal, fail, require_trained
 from fixtures.rank.model_shapes import TINY, TINY_MOE
-from fixtures.runs.catalogue import MOE_NATIVE
+from fixtures.runs.catalogue import MOE_NATIVE, MOE_NATIVE_VALIDATED
 
 pytestmark = pytest.mark.moe
 
@@ -428,6 +428,36 @@ def test_router_gates_learn_in_the_run(tier, titan_runs, record_property):
                f">= half of its elements moved by > {floor:.3g} beyond weight decay", f"{share:.3f} of them", run,
                detail=f"median movement beyond decay {beyond_decay.median().item():.3g}; decay factor {decay:.6f}")
     record_property("moe_router_gate_least_share_learning", least)
+
+
+VALIDATION_LOSS = "validation_metrics/loss"  # torchtitan's log_validation metric
+
+
+def test_validation_leaves_moe_training_unchanged(tier, titan_runs, record_property):
+    """The MoE run validated after every step (torchtitan's validator: one batch of the training
+    data, forward only, in eval mode) trains exactly as the same run without validation: the
+    loss and grad norm of every step within the tier's ``resume_rtol`` (bit for bit on cpu), and
+    every MoE layer's load-balancing bias after every step, on every rank. A validation forward
+    that counted its tokens into the load-balancing update, or a model left in eval mode after
+    validating (whose forwards no longer count), moves the bias; one that touched the optimizer
+    or the data position moves the losses. The validator must have run (a validation loss
+    logged after every step), else there is nothing to compare. Oracle: the same run without
+    validation."""
+    plain = require_trained(titan_runs.get(MOE_NATIVE))
+    validated = require_trained(titan_runs.get(MOE_NATIVE_VALIDATED))
+    logged = [rec for rec in validated.probe(probes.metrics, 0) if VALIDATION_LOSS in rec]
+    expect(len(logged) >= validated.spec.steps, "a validation loss was logged after every step",
+           f">= {validated.spec.steps} records", len(logged), validated)
+    for metric in ("loss", "grad_norm"):
+        expect_close_series([getattr(s, metric) for s in validated.steps], [getattr(s, metric) for s in plain.steps],
+                            tier.numerics.resume_rtol, f"every step's {metric} with validation equals the run without",
+                            validated, record_property, detail=f"the run without validation: {plain.run_dir}")
+    for rank in range(plain.world_size):
+        expected = [rec["bias"] for rec in plain.probe(probes.expert_bias, rank)]
+        actual = [rec["bias"] for rec in validated.probe(probes.expert_bias, rank)]
+        expect_equal(f"rank {rank}: every MoE layer's load-balancing bias after every step with validation equals "
+                     "the run without", expected, actual, validated,
+                     detail=f"the run without validation: {plain.run_dir}")
 
 
 def test_expert_bias_moves_and_agrees_across_ranks(titan_runs):
