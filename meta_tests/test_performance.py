@@ -142,6 +142,7 @@ def test_verdicts(tmp_path):
     verdict = perf_compare.judge(base + noisy, policy)
     assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed, verdict.comparisons[0]
     assert "too noisy" in "\n".join(perf_compare.render(verdict, policy, base + noisy))
+    assert verdict.more_launches_could_decide  # noise: another pair may narrow the interval
     died = [perf_compare.Launch("candidate", tmp_path / "candidate-1", None, "failed")]
     verdict = perf_compare.judge(base + died, policy)
     assert verdict.verdict == "NOT MEASURED" and "the performance contract failed" in verdict.problems[0]
@@ -278,7 +279,7 @@ def test_a_busy_machine_makes_the_verdict_inconclusive_with_the_reason(tmp_path)
     assert perf_compare.judge(base + same, POLICY).verdict == "PASS"
     same[1].machine_load = {"others_fraction": 0.25, "steal_fraction": 0.0}
     verdict = perf_compare.judge(base + same, POLICY)
-    assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed
+    assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed and not verdict.more_launches_could_decide
     assert verdict.problems == [f"a busy machine: candidate session {same[1].report_dir.name}: other processes "
                                 "used 25% of the machine's CPU time (bound 10%)"]
     assert "step time not judged, a busy machine: candidate session" in "\n".join(
@@ -323,6 +324,7 @@ def test_another_amount_of_work_per_step_leaves_step_time_unjudged_and_named(tmp
                                 "their step times measure different work"]
     page = "\n".join(perf_compare.render(verdict, POLICY, base + doubled))
     assert "step time not judged, another amount of work per step" in page and "| 8192 |" in page
+    assert not verdict.more_launches_could_decide and "More launches in this series cannot decide" in page
 
 
 def test_the_machine_load_around_a_session_is_measured():

@@ -267,8 +267,8 @@ def performance_check(args, trusted_python: Path, env, out: Path, candidate_extr
         candidate_extra=rehearsal + candidate_extra, cwd=REPO, say=say, start=start)
     launches = run(args.performance_launches, 0)
     verdict = perf_compare.judge(launches, policy, accepted=args.accept_performance)
-    # INCONCLUSIVE adds pairs to the same series (never starts over) up to the cap
-    while verdict.verdict == "INCONCLUSIVE" and len(launches) // 2 < args.performance_max_launches:
+    # INCONCLUSIVE from noise adds pairs to the same series (never starts over) up to the cap
+    while verdict.more_launches_could_decide and len(launches) // 2 < args.performance_max_launches:
         say(f"upgrade: performance INCONCLUSIVE after {len(launches) // 2} launches a side: one more pair")
         launches += run(1, len(launches) // 2)
         verdict = perf_compare.judge(launches, policy, accepted=args.accept_performance)

@@ -173,6 +173,13 @@ class Verdict:
     def passed(self) -> bool:
         return self.verdict == "PASS" or self.accepted
 
+    @property
+    def more_launches_could_decide(self) -> bool:
+        """INCONCLUSIVE from noise alone: another pair of launches may narrow the interval. Not
+        when step time is not judged: a busy session and another amount of work per step stay
+        in the series, whatever is added to it."""
+        return self.verdict == "INCONCLUSIVE" and self.step_judged
+
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "passed": self.passed, "accepted": self.accepted,
                 "comparisons": [c.to_json() for c in self.comparisons], "leaks": self.leaks,
@@ -279,8 +286,10 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
                   "pass, and fails the check unless accepted with `--accept-performance`.", ""]
     if verdict.verdict.endswith("INCONCLUSIVE"):
         lines += [f"- {inconclusive_reason(c)}" for c in verdict.comparisons if c.inconclusive]
-        lines += ["", "Rerun with more launches (`--performance-max-launches`) on a quiet machine, or accept with "
-                  "`--accept-performance`.", ""]
+        lines += ["", ("Rerun with more launches (`--performance-max-launches`) on a quiet machine, or accept with "
+                       if verdict.more_launches_could_decide else
+                       "More launches in this series cannot decide step time (below): rerun on a quiet machine if "
+                       "a session was busy, or accept with ") + "`--accept-performance`.", ""]
     lines += [f"- leak: {leak}" for leak in verdict.leaks]
     lines += [f"- {'not measured: ' if verdict.verdict == 'NOT MEASURED' else 'step time not judged, '}{p}"
               for p in verdict.problems]
