@@ -78,7 +78,8 @@ fixtures.oracles.performance.x_compare_step_times__mutmut_* fixtures.oracles.per
 fixtures.oracles.performance.x_unmeasured__mutmut_* fixtures.oracles.performance.x__measured__mutmut_*
 fixtures.oracles.performance.xǁComparisonǁinconclusive__mutmut_* fixtures.oracles.performance.x_t975__mutmut_*
 fixtures.oracles.performance.x_compare_step_times_one_launch__mutmut_* upgrades.perf_compare.x_busy__mutmut_*
-upgrades.perf_compare.xǁLaunchǁslowest_rank__mutmut_* upgrades.perf_compare.x_inconclusive_reason__mutmut_*"
+upgrades.perf_compare.xǁLaunchǁslowest_rank__mutmut_* upgrades.perf_compare.x_inconclusive_reason__mutmut_*
+upgrades.perf_compare.x_work_changed__mutmut_* upgrades.perf_compare.xǁVerdictǁmore_launches_could_decide__mutmut_*"
 PATTERNS[upgrade]="upgrades.compare.x_categorize__mutmut_* upgrades.compare.x_compare__mutmut_*
 upgrades.compare.x__problems__mutmut_* upgrades.compare.x__verdict__mutmut_*"
 PATTERNS[expectations]="fixtures.session.expectations.x_parse__mutmut_* fixtures.session.expectations.xǁExpectationǁholds_for__mutmut_*
