@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import subprocess
 from collections import defaultdict
 from pathlib import Path
 
@@ -33,8 +34,16 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _source_files(root: str) -> list[Path]:
+    """The suite's Python files under ``root``: what git tracks or would track, never an ignored
+    folder's (``reports/out/`` holds whole clones of the suite: the mutation benchmark's)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "--", f"{root}/*.py"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.split()
+    return sorted(REPO / p for p in listed)
+
+
 def _modules(*roots: str) -> dict[str, Path]:
-    return {_module_name(p): p for root in roots for p in sorted((REPO / root).rglob("*.py"))}
+    return {_module_name(p): p for root in roots for p in _source_files(root)}
 
 
 def imports_of(path: Path) -> set[str]:

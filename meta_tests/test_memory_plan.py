@@ -192,5 +192,5 @@ def test_the_run_cache_refuses_before_launching_and_says_what_was_not_run(tmp_pa
     cache = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path), tmp_path),
                      runs=Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE)]))
     with pytest.raises(memory_plan.DoesNotFit, match="dense_native steps=10 was not launched"):
-        cache.require_budget_and_disk(DENSE_NATIVE)
-    assert cache.not_launched == [{"run": "dense_native steps=10", "why": "does not fit in device memory"}]
+        cache.guards.require_budget_and_disk(DENSE_NATIVE)
+    assert cache.guards.not_launched == [{"run": "dense_native steps=10", "why": "does not fit in device memory"}]

@@ -32,11 +32,11 @@ class RecordingCache(RunCache):
         self.launches: list[dict] = []
         self.outcomes = list(outcomes)
 
-    def require_stack_preflight(self, spec):  # no probe subprocess: nothing is launched
-        return None
+        self.guards.require_stack_preflight = lambda spec: None  # no probe subprocess: nothing is launched
 
-    def _launch(self, spec, key, run_dir, why="", folders=None, source=None, launched=None, first_step_by=None):
-        self.launches.append({"spec": spec, "launched": launched or spec, "first_step_by": first_step_by,
+    def _launch(self, run, key, run_dir, why="", first_step_by=None):
+        spec = run.spec
+        self.launches.append({"spec": spec, "launched": run.launched, "first_step_by": first_step_by,
                               "why": why})
         run_dir.mkdir(parents=True, exist_ok=True)
         stopped, norms = self.outcomes.pop(0)
@@ -89,3 +89,68 @@ def test_an_expected_failure_has_a_bounded_cost_and_serves_only_expected_failure
     assert len(cache.launches) == 2 and cache.launches[1]["first_step_by"] is None
     assert "stopped at the expected-failure cap" in cache.launches[1]["why"]
     assert full.ok and cache.get(spec, expected_to_fail=True).ok and len(cache.launches) == 2
+
+
+def test_each_way_a_run_needs_another_is_one_kind_of_the_relation(tmp_path):
+    """``needs.needs_of`` lists, from the spec and the session's inputs alone, every run a
+    catalogue run needs: the pretraining run behind 'pretrained', the uninterrupted run behind
+    a resume and behind the trusted resume source, the unclipped run behind a clipping
+    threshold; a run that needs nothing lists nothing."""
+    from fixtures.runs import catalogue as c
+    from fixtures.runs.needs import NeedKind, needs_of
+    from fixtures.runs.spec import Checkpoint
+
+    tier = cpu_profile()
+    inputs = RunInputs(tier, Assets(tmp_path), tmp_path)
+
+    def kinds(spec):
+        return [(n.kind, n.run) for n in needs_of(spec, inputs)]
+
+    assert kinds(c.LOAD_PRETRAINED) == [(NeedKind.CHECKPOINT, c.PRETRAIN)]
+    assert kinds(c.resumed(tier)) == [(NeedKind.RESUMES, c.uninterrupted(tier))]
+    assert kinds(c.resumed_from_trusted(tier)) == [(NeedKind.RESUME_CHECKPOINT, c.uninterrupted(tier))]
+    assert kinds(c.SCHEDULE_AND_CLIP) == [(NeedKind.CLIPPING_THRESHOLD, DENSE_NATIVE)]
+    assert kinds(c.LOAD_TRUSTED_LR0_EXPORT) == [(NeedKind.CHECKPOINT, c.LOAD_TIED_TRAIN_EXPORT)]
+    assert kinds(DENSE_NATIVE) == [] and kinds(c.LOAD_TIED_TRAIN_EXPORT) == []
+    assert needs_of(dataclasses.replace(DENSE_NATIVE, load=Checkpoint.HF_TIED), inputs) == []
+
+
+def test_a_run_the_catalogue_lacks_is_refused_before_any_run_it_needs_is_launched(tmp_path):
+    """``check`` refuses what needs no input (here: a run not in the catalogue) before it
+    resolves any input: the 200-step pretraining run behind 'pretrained' is not launched for
+    a run that would be refused anyway (before, ``check`` resolved the inputs first)."""
+    from fixtures.runs.cache import NotInCatalogue
+    from fixtures.runs.catalogue import LOAD_PRETRAINED, PRETRAIN
+
+    stray = dataclasses.replace(LOAD_PRETRAINED, steps=2)
+    cache = RecordingCache(tmp_path, cpu_profile(), [Entry("pretrain", lambda t: PRETRAIN),
+                                                     Entry("load_pretrained", lambda t: LOAD_PRETRAINED)],
+                           [(None, [1.0] * 200)])
+    with pytest.raises(NotInCatalogue, match="load=pretrained"):
+        cache.get(stray)
+    assert cache.launches == []
+
+
+def test_a_resumed_run_gets_the_run_it_resumes_once_and_seeds_its_folder_from_it(tmp_path, monkeypatch):
+    """The run a resume needs is got once per request (``RunCache.resolve``), launched first,
+    and handed to the launch as the result it resumes from; a second request reuses both."""
+    from fixtures.runs import catalogue as c
+
+    tier = cpu_profile()
+    seen = []
+    monkeypatch.setattr("fixtures.runs.cache.checkpoints.validate_hf_dir", lambda *a, **k: {})  # no assets built
+    cache = RecordingCache(tmp_path, tier, [Entry("uninterrupted", c.uninterrupted), Entry("resumed", c.resumed)],
+                           [(None, [1.0] * c.RESUME_STEPS), (None, [1.0] * (c.RESUME_STEPS - c.RESUME_AT))])
+    real_launch = cache._launch
+
+    def launch(run, key, run_dir, why="", first_step_by=None):
+        seen.append(run.resumes.spec if run.resumes is not None else None)
+        return real_launch(run, key, run_dir, why, first_step_by)
+
+    cache._launch = launch
+    cache.get(c.resumed(tier))
+    cache.get(c.resumed(tier))
+    assert [launched["spec"] for launched in cache.launches] == [c.uninterrupted(tier), c.resumed(tier)]
+    assert seen == [None, c.uninterrupted(tier)]
+    assert cache.launches[0]["why"] == ("not in the run cache, for the resume of "
+                                        f"{cache.catalogue.launch_of(c.resumed(tier), tier).describe()}")

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.meta
 def _key(tmp_path, tier=None, **kwargs) -> str:
     cache = RunCache(tmp_path / "runs", RunInputs(tier or cpu_profile(), Assets(tmp_path / "assets-x"), tmp_path),
                      **kwargs)
-    return cache.key(DENSE_NATIVE, cache.inputs_of(DENSE_NATIVE))
+    run = cache.resolve(DENSE_NATIVE)
+    return cache.key(run.launched, run.folders)
 
 
 def test_a_neuron_setting_is_part_of_the_key(tmp_path, monkeypatch):
@@ -115,10 +116,10 @@ def test_run_dir_is_the_folder_get_launches_into(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cache, "get", fake_get)
     clipped = next(e.build(tier) for e in CATALOGUE.entries(tier) if e.build(tier).max_norm_from is not None)
-    expected = cache.key(clipped.with_max_norm([1.0, 2.0, 3.0]), cache.inputs_of(clipped))
-    assert cache.run_dir(clipped).name == expected and launched == [clipped.max_norm_from]
+    expected = cache.key(clipped.with_max_norm([1.0, 2.0, 3.0]), cache.resolve(clipped).folders)
+    assert cache.run_dir(clipped).name == expected and launched == [clipped.max_norm_from] * 2
     plain = CATALOGUE.spec("dense_native", tier)
-    assert cache.run_dir(plain).name == cache.key(CATALOGUE.launch_of(plain, tier), cache.inputs_of(plain))
+    assert cache.run_dir(plain).name == cache.key(CATALOGUE.launch_of(plain, tier), cache.resolve(plain).folders)
     # two entries that differ only in what they record share one launch, and so one folder
     assert cache.run_dir(CATALOGUE.spec("schedule_and_clip", tier)) == cache.run_dir(
         CATALOGUE.spec("dense_native_optimizer_tensors", tier))

@@ -11,7 +11,8 @@ import pytest
 
 from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507
 from fixtures.runs import session_plan
-from fixtures.runs.cache import RunCache, SessionBudgetSpent
+from fixtures.runs.cache import RunCache
+from fixtures.runs.launch_guards import SessionBudgetSpent
 from fixtures.data.assets import Assets
 from fixtures.runs.inputs import RunInputs
 from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, Catalogue,
@@ -19,7 +20,7 @@ from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE
 from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
 from fixtures.runs.spec import RunSpec
 from fixtures.launch.launcher import LaunchOutcome
-from fixtures.runs.cache import StackFactStops
+from fixtures.runs.launch_guards import StackFactStops
 from fixtures.runs.result import RunResult
 
 pytestmark = pytest.mark.meta
@@ -110,10 +111,10 @@ def test_the_plan_estimates_from_the_last_launches_recorded_on_this_host(tmp_pat
 def test_a_spent_budget_launches_nothing_and_says_what_was_not_run(tmp_path):
     cache = RunCache(tmp_path / "runs", RunInputs(cpu_profile(), Assets(tmp_path), tmp_path),
                      runs=Catalogue([Entry("dense_native", lambda t: DENSE_NATIVE)]), budget_s=100.0)
-    cache.launched_s = 120.0
+    cache.guards.launched_s = 120.0
     with pytest.raises(SessionBudgetSpent, match="not launched: dense_native steps=10"):
-        cache.require_budget_and_disk(DENSE_NATIVE)
-    assert cache.not_launched == [{"run": "dense_native steps=10", "why": "session budget spent"}]
+        cache.guards.require_budget_and_disk(DENSE_NATIVE)
+    assert cache.guards.not_launched == [{"run": "dense_native steps=10", "why": "session budget spent"}]
 
 
 def test_a_cause_that_kills_two_training_runs_before_step_one_stops_the_rest(tmp_path):
@@ -137,16 +138,16 @@ def test_a_cause_that_kills_two_training_runs_before_step_one_stops_the_rest(tmp
         return spec, RunResult(spec=spec, key=name, run_dir=str(tmp_path), launch=outcome, steps=[])
 
     meant_to_fail = next(n for n in CATALOGUE.names(trains=False) if n in CATALOGUE.names(tiers=None))
-    cache.note_death_before_step1(*died(meant_to_fail))
-    cache.note_death_before_step1(*died("dense_native"))
-    cache.require_no_stack_fact(CATALOGUE.spec("schedule_and_clip", cache.tier))  # one death is no fact yet
-    cache.note_death_before_step1(*died("dense_native_kernel_rope", "RuntimeError: something else"))
-    cache.require_no_stack_fact(CATALOGUE.spec("schedule_and_clip", cache.tier))
-    cache.note_death_before_step1(*died("schedule_and_clip"))
+    cache.guards.note_death_before_step1(*died(meant_to_fail))
+    cache.guards.note_death_before_step1(*died("dense_native"))
+    cache.guards.require_no_stack_fact(CATALOGUE.spec("schedule_and_clip", cache.tier))  # one death is no fact yet
+    cache.guards.note_death_before_step1(*died("dense_native_kernel_rope", "RuntimeError: something else"))
+    cache.guards.require_no_stack_fact(CATALOGUE.spec("schedule_and_clip", cache.tier))
+    cache.guards.note_death_before_step1(*died("schedule_and_clip"))
     with pytest.raises(StackFactStops, match="not run: ValueError: When dp_mesh_dims is provided.*native path: "
                                               "it killed dense_native steps=10, .* before step 1"):
-        cache.require_no_stack_fact(CATALOGUE.spec("uninterrupted", cache.tier))
-    assert cache.not_launched[-1]["why"] == f"not run: {fact}"
-    cache.require_no_stack_fact(CATALOGUE.spec(meant_to_fail, cache.tier))  # a failure on purpose still runs
+        cache.guards.require_no_stack_fact(CATALOGUE.spec("uninterrupted", cache.tier))
+    assert cache.guards.not_launched[-1]["why"] == f"not run: {fact}"
+    cache.guards.require_no_stack_fact(CATALOGUE.spec(meant_to_fail, cache.tier))  # a failure on purpose still runs
     backend = next(n for n in CATALOGUE.names(trains=True) if CATALOGUE.spec(n, cache.tier).path == "hf_backend")
-    cache.require_no_stack_fact(CATALOGUE.spec(backend, cache.tier))  # another path: not this fact's
+    cache.guards.require_no_stack_fact(CATALOGUE.spec(backend, cache.tier))  # another path: not this fact's

@@ -85,11 +85,11 @@ def test_a_module_only_some_runs_import_fails_those_runs_alone(tmp_path, broken_
     backend = RunSpec(config="hf_backend", path=TrainingPath.HF_BACKEND, steps=1)
     cache = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path), tmp_path),
                      runs=Catalogue([Entry("native", lambda t: native), Entry("backend", lambda t: backend)]))
-    assert broken_module not in cache.rank_imports(native)
+    assert broken_module not in cache.guards.rank_imports(native)
     with pytest.raises(stack_preflight.StackPreflightFailed, match="needed by: hf_backend steps=1"):
-        cache.require_stack_preflight(backend)
-    cache.require_stack_preflight(native)  # its modules import and its config builds
-    found = {tuple(r["runs"]): r["ok"] for r in cache.preflight_results if r["runs"]}
+        cache.guards.require_stack_preflight(backend)
+    cache.guards.require_stack_preflight(native)  # its modules import and its config builds
+    found = {tuple(r["runs"]): r["ok"] for r in cache.guards.preflight_results if r["runs"]}
     assert found == {("hf_backend steps=1",): False, ("dense_native steps=1",): True}, found
 
 
@@ -108,10 +108,10 @@ def test_a_config_that_does_not_build_is_a_harness_gap_named_once(tmp_path):
                      runs=Catalogue([Entry("one", lambda t: spec)]),
                      rank_env={"PYTHONPATH": f"{tmp_path}:{REPO}"})
     with pytest.raises(stack_preflight.StackPreflightFailed) as err:
-        cache.require_stack_preflight(spec)
+        cache.guards.require_stack_preflight(spec)
     message = str(err.value)
     assert "dense_native() of conformance_preflight_config does not build" in message
     assert "HARNESS GAP" in message and "no_such_field" in message
-    facts = [r for r in cache.preflight_results if r.get("kind") == "stack fact"]
+    facts = [r for r in cache.guards.preflight_results if r.get("kind") == "stack fact"]
     assert len(facts) == 1 and 'model_registry("4B", attn_backend="sdpa")' in facts[0]["message"]
     assert "STACK FACT" in facts[0]["message"]

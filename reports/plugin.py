@@ -322,9 +322,9 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
                         if n["tier"] in {r["tier"] for r in config.stash[RECORDS].values()}],
         "inventory": inventory.inventory(),
         "stack_preflight": [{"tier": c.tier.name, **found}
-                            for c in session_state.run_caches(config) for found in c.preflight_results],
+                            for c in session_state.run_caches(config) for found in c.guards.preflight_results],
         "not_launched": [{"tier": c.tier.name, **refused}
-                         for c in session_state.run_caches(config) for refused in c.not_launched],
+                         for c in session_state.run_caches(config) for refused in c.guards.not_launched],
         "markexpr": config.option.markexpr,
         "contracts": sorted(config.stash[RECORDS].values(), key=lambda r: r["nodeid"]),
         "runs": run_records,
