@@ -27,6 +27,7 @@ from fixtures.runs.result import RunResult
 from fixtures.tiers.tier_profile import cpu_profile
 from fixtures.tiers import machine as machine_numerics
 from fixtures.tiers import stack
+from fixtures.tiers.tier_name import Tier
 from reports import bundle, gate, inventory, neuron_debug, summary
 from reports.layout import run_record_path
 from reports.redact import scrub_text
@@ -124,7 +125,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     item.user_properties.append(("tier", tier))
     item.user_properties.append(("area", area))
     # junit.xml carries it on every case: a dashboard must not count a rehearsal as trn2
-    item.user_properties.append(("rehearsal", tier == "trn2" and session_state.is_rehearsal(item.config)))
+    item.user_properties.append(("rehearsal", tier == Tier.TRN2 and session_state.is_rehearsal(item.config)))
 
 
 @pytest.hookimpl(trylast=True)
@@ -311,7 +312,7 @@ def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
         "started_at": config.stash[STARTED],
         "finished_at": time.time() if complete or exitstatus is not None else None,
         "platforms": sorted({r["tier"] for r in config.stash[RECORDS].values() if r.get("tier")}),
-        "stack_id": {t: tier_stack_id(config, t) for t in ("cpu", "trn2")},
+        "stack_id": {t: tier_stack_id(config, t) for t in Tier},
         "expectations": _expectation_sources(config, {r["tier"] for r in config.stash[RECORDS].values()
                                                       if r.get("tier")}),
         "rehearsal": session_state.is_rehearsal(config),

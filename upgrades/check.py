@@ -34,6 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from fixtures.oracles.performance import CPU_PERF, TRN2_PERF
+from fixtures.tiers.tier_name import Tier
 from upgrades import bisect_commits, candidate_env, candidates, compare, matrix, perf_compare
 from upgrades.stacks import DEFAULT_STACK, REPO, STACKS, Stack
 
@@ -186,7 +187,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="--bisect-commits: install each build with the requirements it adds (from the index), "
                              "for a range across which the package's requirements change (default: --no-deps)")
     parser.add_argument("--stack", default=DEFAULT_STACK, choices=sorted(STACKS))
-    parser.add_argument("--tier", default="cpu", choices=("cpu", "trn2"),
+    parser.add_argument("--tier", default=Tier.CPU, type=Tier, choices=tuple(Tier),
                         help="trn2: the candidate is a copy of the active Neuron environment ($VIRTUAL_ENV, or "
                              "--trusted-venv) with the candidates installed over it; the trusted session is run "
                              "there on the same selection unless --baseline-report names one")
@@ -255,7 +256,7 @@ def performance_check(args, trusted_python: Path, env, out: Path, candidate_extr
                       selection: list[str]) -> dict:
     """The interleaved performance sessions of both stacks and their verdict (a dict for
     ``upgrade.json``, with the page's section under ``"lines"``)."""
-    policy = TRN2_PERF if args.tier == "trn2" else CPU_PERF
+    policy = TRN2_PERF if args.tier == Tier.TRN2 else CPU_PERF
     if args.performance_launches <= 0:
         # asking for no launches is the user's explicit acceptance of a page without figures
         return {"verdict": "NOT MEASURED", "passed": True, "accepted": True,
@@ -330,7 +331,7 @@ def _candidates(args) -> list | None:
 
 def _trusted_stack(args, selection: list[str]) -> tuple[Stack | None, list[str]]:
     """The trusted stack (on trn2: the active Neuron environment) and the selection to run."""
-    if args.tier != "trn2":
+    if args.tier != Tier.TRN2:
         return STACKS[args.stack], selection
     venv = args.trusted_venv or (Path(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None)
     if venv is None or not (venv / "bin" / "python").exists():
@@ -345,7 +346,7 @@ def _baseline(args, stack: Stack, env, out: Path, selection: list[str]):
     trusted report or None): on trn2 the trusted session run here (or --baseline-report), on
     cpu the committed baseline plus the trusted stack's artifacts and the candidate's pins."""
     trusted = candidate_env.CandidateEnv(stack=stack.name, pins=[], root=stack.venv.parent, venv=stack.venv)
-    if args.tier == "trn2":
+    if args.tier == Tier.TRN2:
         if args.baseline_report is not None:
             path = args.baseline_report.resolve() / "report.json"
             baseline = json.loads(path.read_text())
@@ -372,7 +373,7 @@ def trusted_here(args, stack: Stack, baseline: dict, candidate: dict, result: di
     trusted stack runs those contracts, only those not already in today's trusted session
     (``today``: ``--trusted-today``, or the cross-version contracts the upgrade runs anyway),
     here. Returns today's session with these added, or None where nothing needs asking."""
-    if args.tier == "trn2":  # on trn2 the baseline is a trusted session run here
+    if args.tier == Tier.TRN2:  # on trn2 the baseline is a trusted session run here
         return None
     key = lambda report: (report.get("machine") or {}).get("numerics_key")
     if key(baseline) is not None and key(baseline) == key(candidate):
@@ -481,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     baseline, baseline_path, extra, today = _baseline(args, stack, env, out, selection)
     candidate = run_suite(env, out / "candidate", selection + extra)
-    if selection not in (DEFAULT_SELECTION, ["conformance", "-m", "trn2"]) or args.tier == "trn2":
+    if selection not in (DEFAULT_SELECTION, ["conformance", "-m", "trn2"]) or args.tier == Tier.TRN2:
         ran = {c["nodeid"] for c in candidate["contracts"]}  # compare only what both ran
         baseline = {**baseline, "contracts": [c for c in baseline["contracts"] if c["nodeid"] in ran]}
     result = compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
