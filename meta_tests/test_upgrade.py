@@ -263,15 +263,42 @@ def test_contracts_whose_run_died_form_one_cause_however_they_quote_it():
     assert groups[0]["cause"].startswith("a run died: ValueError: When dp_mesh_dims is provided")
 
 
-def test_a_torch_upgrade_moves_every_pin_the_suite_keeps():
-    """Promoting a torch release edits every place the suite pins torch (the cpu extra, the
-    venv script, the tier profile), one command each."""
+def test_a_torch_upgrade_moves_the_one_place_the_suite_pins_it():
+    """Promoting a torch release is one command over the cpu extra (``fixtures.tiers.pins``), which
+    the venv script and the tier profile read; a package the extra does not pin, or pins at
+    another version than the change's old one, is not moved."""
+    pinned = {"torch": "2.14.1", "triton": "3.8.0", "transformers": "5.23.0"}
     moves = upgrade.pin_moves([candidate_env.Change("torch", "2.14.1", "2.15.0", "candidate"),
-                               candidate_env.Change("httpx2", None, "2.16.2", "transitive")])
-    assert "sed -i 's/torch==2.14.1/torch==2.15.0/g' pyproject.toml" in moves
-    assert "sed -i 's/torch==2.14.1/torch==2.15.0/g' scripts/setup-venv.sh" in moves
-    assert "sed -i 's/torch_pin=\"2.14.1\"/torch_pin=\"2.15.0\"/g' fixtures/tiers/tier_profile.py" in moves
-    assert not any("httpx2" in m for m in moves)
+                               candidate_env.Change("triton", "3.8.0", "3.9.0", "transitive"),
+                               candidate_env.Change("transformers", "5.22.0", "5.24.0", "candidate"),
+                               candidate_env.Change("httpx2", None, "2.16.2", "transitive")], pinned)
+    assert moves == ["python -m fixtures.tiers.pins torch==2.15.0 triton==3.9.0"]
+    assert upgrade.pin_moves([candidate_env.Change("httpx2", "2.1", "2.16.2", "transitive")], pinned) == []
+
+
+def test_the_pins_are_written_once_and_moved_in_place(tmp_path):
+    """The cpu extra is the one place the stack's exact pins are written: the venv script
+    spells no version of its own, the tier profile's torch pin is the extra's, and a move
+    rewrites only the moved requirement (the rest of pyproject.toml byte for byte) and
+    refuses a package the extra does not pin."""
+    from fixtures.tiers import pins
+    from fixtures.tiers.tier_profile import cpu_profile
+
+    found = pins.cpu_pins()
+    assert cpu_profile().torch_pin == found["torch"]
+    script = (REPO / "scripts" / "setup-venv.sh").read_text()
+    assert not [n for n, v in found.items() if f"{n}=={v}" in script], "setup-venv.sh spells a pin of its own"
+    copy = tmp_path / "pyproject.toml"
+    original = (REPO / "pyproject.toml").read_text()
+    copy.write_text(original)
+    assert pins.move({"torch": "2.15.0"}, copy) == [f"torch=={found['torch']} -> torch==2.15.0"]
+    assert pins.cpu_pins(copy) == {**found, "torch": "2.15.0"}
+    assert copy.read_text() == original.replace(f'"torch=={found["torch"]}"', '"torch==2.15.0"')
+    with pytest.raises(pins.PinError, match="httpx2 is not pinned by the cpu extra"):
+        pins.move({"httpx2": "2.16.2"}, copy)
+    copy.write_text(original.replace(f'"torch=={found["torch"]}"', '"torch>=2.14"'))
+    with pytest.raises(pins.PinError, match="pins exactly"):
+        pins.cpu_pins(copy)
 
 
 @pytest.mark.parametrize(("pinned", "passes"), [("installed", True), ("9.9.9", False)])

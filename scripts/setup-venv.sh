@@ -83,14 +83,17 @@ clone_venv(Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve())' "$base" "$
   *) [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv" ;;
 esac
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
-# torch 2.14.1 first: a CUDA build that runs without a GPU; on these machines pip takes it
+# The stack's exact pins, written once: pyproject.toml's cpu extra (fixtures/tiers/pins.py).
+mapfile -t stack_pins < <("$PYTHON" -m fixtures.tiers.pins --only torch transformers triton)
+[ ${#stack_pins[@]} -eq 3 ] || { echo "setup-venv: could not read the cpu extra's pins from pyproject.toml" >&2; exit 2; }
+# torch first (${stack_pins[0]}): a CUDA build that runs without a GPU; on these machines pip takes it
 # (and the nvidia wheels) from local disk. The constraints pin every transitive package.
-"${pip[@]}" -c "$constraints" torch==2.14.1 nvidia-nvjitlink cuda-pathfinder
+"${pip[@]}" -c "$constraints" "${stack_pins[0]}" nvidia-nvjitlink cuda-pathfinder
 case "$STACK" in
   titan-0.3.0)   "${pip[@]}" -c "$constraints" -e ".[cpu]" ;;
   # torchtitan's own dependencies resolve under the constraints (spmd_types 0.2.1 there).
   titan-5059f32|titan-b5bcd76)
-                 "${pip[@]}" -c "$constraints" -e . torch==2.14.1 transformers==5.23.0 triton==3.8.0 "$titan_src" ;;
+                 "${pip[@]}" -c "$constraints" -e . "${stack_pins[@]}" "$titan_src" ;;
 esac
 # A cloned venv keeps nothing its constraints do not name (the reference stack's torchtitan
 # dependencies), so it holds what a venv built from nothing would.

@@ -34,6 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from fixtures.oracles.performance import CPU_PERF, TRN2_PERF
+from fixtures.tiers import pins
 from fixtures.tiers.tier_name import Tier
 from upgrades import bisect_commits, candidate_env, candidates, compare, matrix, perf_compare
 from upgrades.stacks import DEFAULT_STACK, REPO, STACKS, Stack
@@ -53,24 +54,14 @@ def baseline_of(stack: Stack) -> Path:
     return REPO / "reports" / "baselines" / f"{proc.stdout.strip()}.json"
 
 
-# Where the suite itself pins a package by version, beside the constraints files: the cpu extra,
-# the venv script's first installs, the tier profile's torch pin.
-PIN_FILES = ("pyproject.toml", "scripts/setup-venv.sh", "fixtures/tiers/tier_profile.py")
-
-
-def pin_moves(changes, files=PIN_FILES, root: Path = REPO) -> list[str]:
-    """One command per place a changed package is pinned by the suite's own files (``name==old``
-    or ``name_pin="old"``), moving it to the candidate's version."""
-    moves = []
-    for change in changes:
-        if not change.old or not change.new:
-            continue
-        for spelled_old, spelled_new in ((f"{change.name}=={change.old}", f"{change.name}=={change.new}"),
-                                         (f'{change.name}_pin="{change.old}"', f'{change.name}_pin="{change.new}"')):
-            for rel in files:
-                if spelled_old in (root / rel).read_text():
-                    moves.append(f"sed -i 's/{spelled_old}/{spelled_new}/g' {rel}")
-    return moves
+def pin_moves(changes, pinned: dict[str, str] | None = None) -> list[str]:
+    """The one command that moves every changed package the suite pins exactly (pyproject.toml's
+    cpu extra, read by the venv script and the tier profile: ``fixtures.tiers.pins``) to the
+    candidate's version; nothing when the change moves none of them."""
+    pinned = pins.cpu_pins() if pinned is None else pinned
+    moved = [f"{c.name}=={c.new}" for c in changes
+             if c.old and c.new and pinned.get(pins.canonicalize_name(c.name)) == c.old]
+    return [f"python -m fixtures.tiers.pins {' '.join(moved)}"] if moved else []
 
 
 def new_stack_steps(cands, constraints: Path, stack) -> list[str]:
