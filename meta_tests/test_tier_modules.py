@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.tiers import tier_profile
+from fixtures.tiers import tier_modules, tier_profile
+from fixtures.tiers.tier_name import TrainingPath
 from fixtures.runs.catalogue import CATALOGUE
 from fixtures.data import hf_reference
 from fixtures.rank.titan.tiny_qwen3 import qwen3_model_from_hf_config
@@ -21,18 +22,6 @@ from fixtures.rank.titan import api
 pytestmark = pytest.mark.meta
 
 from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
-
-
-def _functions_of(module: str) -> set[str]:
-    """Top-level function names of a module (``pkg.mod`` or a package's config_registry)."""
-    path = REPO / Path(*module.split("."))
-    source = path / "config_registry.py" if path.is_dir() else path.with_suffix(".py")
-    tree = ast.parse(source.read_text())
-    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    init = path / "__init__.py"
-    if path.is_dir() and init.exists():  # a package re-exporting its registry
-        names |= {n.name for n in ast.parse(init.read_text()).body if isinstance(n, ast.FunctionDef)}
-    return names
 
 
 def _profiles(tmp_path: Path) -> list[tier_profile.TierProfile]:
@@ -59,47 +48,60 @@ def _contract_spec_configs() -> dict[str, set[str]]:
     return found
 
 
-def missing_configs(profiles) -> list[str]:
+def undefined_configs(profiles) -> list[str]:
+    """Every run of the catalogue, on every tier it applies to, whose config function the
+    tier's module for its path does not define (``TierProfile.module_for``)."""
     problems = []
-    for profile in profiles:
-        for path in ("native", "hf_backend"):
-            module, declared = profile.module_for(path)
-            defined = _functions_of(module)
-            problems += [f"{profile.name}: {module} lacks {name}()" for name in declared if name not in defined]
+    for entry in CATALOGUE:
+        for profile in profiles:
+            if profile.name not in entry.tiers:
+                continue
+            spec = entry.build(profile)
+            module, defined = profile.module_for(spec.path)
+            if spec.config not in defined:
+                problems.append(f"{entry.name} on {profile.name}: {module} lacks {spec.config}()")
     return problems
 
 
-def test_every_declared_config_exists_in_its_tier_module(tmp_path):
-    assert missing_configs(_profiles(tmp_path)) == []
-
-
-def test_every_run_names_a_config_its_tiers_declare(tmp_path):
-    """Every run of the catalogue, on every tier it applies to, names a config that tier's
-    module declares; a contract's own RunSpec names one the cpu tier declares."""
-
-    profiles = {p.name: p for p in _profiles(tmp_path)}
-    paths = set()
-    for entry in CATALOGUE:
-        for name in entry.tiers:
-            spec = entry.build(profiles[name])
-            paths.add(spec.path)
-            module, declared = profiles[name].module_for(spec.path)
-            assert spec.config in declared, f"{entry.name} on {name}: {module} lacks {spec.config}()"
-    assert paths == {"native", "hf_backend"}, paths
+def test_every_run_names_a_config_its_tiers_modules_define(tmp_path):
+    """Every run of the catalogue, on every tier it applies to, names a config function its
+    tier's module defines (the module's source is the one list: ``fixtures.tiers.tier_modules``);
+    a contract's own RunSpec names one the cpu module defines; both paths are used; the trn2
+    module defines no config the cpu module lacks (a RunSpec means the same run on both)."""
+    profiles = _profiles(tmp_path)
+    assert undefined_configs(profiles) == []
+    by_name = {p.name: p for p in profiles}
+    assert {e.build(by_name[t]).path for e in CATALOGUE for t in e.tiers} == set(TrainingPath)
     for path, names in _contract_spec_configs().items():
-        undeclared = names - set(profiles["cpu"].module_for(path)[1])
-        assert not undeclared, f"{path} configs no tier module declares: {sorted(undeclared)}"
-    assert set(profiles["trn2"].native_configs) <= set(profiles["cpu"].native_configs)
+        undefined = names - by_name["cpu"].module_for(path)[1]
+        assert not undefined, f"{path} configs no tier module defines: {sorted(undefined)}"
+    assert by_name["trn2"].module_for(TrainingPath.NATIVE)[1] <= by_name["cpu"].module_for(TrainingPath.NATIVE)[1]
 
 
-def test_a_removed_config_is_caught(tmp_path, monkeypatch):
-    """The check is not vacuous: a tier module without one of its declared configs fails it."""
-    real = _functions_of
-    monkeypatch.setattr(sys.modules[__name__], "_functions_of",
-                        lambda module: real(module) - {"dense_native_many_layers"})
-    problems = missing_configs(_profiles(tmp_path))
-    assert "trn2: fixtures.rank.titan.trn2_qwen3 lacks dense_native_many_layers()" in problems
-    assert "cpu: fixtures.rank.titan.cpu_qwen3 lacks dense_native_many_layers()" in problems
+def test_a_config_function_is_what_returns_a_config(tmp_path):
+    """What counts as a config function: public, top level, annotated to return a torchtitan
+    config class; helpers (private, or returning a model spec) are not; a removed config is
+    caught by the catalogue check (the check is not vacuous)."""
+    package = tmp_path / "pkg" / "mod"
+    package.mkdir(parents=True)
+    (package / "config_registry.py").write_text(
+        "def _helper() -> Trainer.Config: ...\n"
+        "def model_spec(): ...\n"
+        "def dense() -> Trainer.Config: ...\n"
+        "def backend() -> 'TransformersBackendConfig': ...\n"
+        "def shape() -> dict: ...\n")
+    assert tier_modules.config_functions("pkg.mod", root=tmp_path) == {"dense", "backend"}
+    assert tier_modules.config_functions("pkg.absent", root=tmp_path) is None
+    profiles = _profiles(tmp_path)
+    real = tier_modules.config_functions
+    tier_modules.config_functions.cache_clear()
+    try:
+        tier_modules.config_functions = lambda module, root=REPO: real(module, root) - {"dense_native_many_layers"}  # noqa: E731
+        problems = undefined_configs(profiles)
+    finally:
+        tier_modules.config_functions = real
+    assert "layers_10_to_19 on cpu: fixtures.rank.titan.cpu_qwen3 lacks dense_native_many_layers()" in problems
+    assert "layers_10_to_19 on trn2: fixtures.rank.titan.trn2_qwen3 lacks dense_native_many_layers()" in problems
 
 
 def test_profile_and_probe_names_need_no_torch():
