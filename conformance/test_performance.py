@@ -1,7 +1,7 @@
 """Performance contracts: a steady state is reached and measured, and device memory does not
 grow in it.
 
-The run is the tier profile's ``performance_run`` (cpu: the 200-step pretraining run the tier
+The run is the tier's catalogue entry marked ``measures_performance`` (cpu: the 200-step pretraining run the tier
 launches anyway; trn2: the write-up's run with its RoPE kernel override on every layer, 30
 steps). Its figures come from torchtitan's own metric
 processor on every rank (``time_metrics/end_to_end(s)``, ``throughput(tps)``,
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.perf, pytest.mark.slow]
 
 
 def _figures(tier, titan_runs):
-    run = require_trained(titan_runs.get(CATALOGUE.spec(tier.performance_run, tier)))
+    run = require_trained(titan_runs.get(CATALOGUE.performance_run(tier)))
     return run, performance.run_figures({rank: run.rank_steps(rank) for rank in range(run.world_size)})
 
 

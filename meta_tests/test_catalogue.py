@@ -49,3 +49,28 @@ def test_every_contract_file_names_one_area_the_report_knows(request):
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
                 marks = {a.attr for a in ast.walk(node.value) if isinstance(a, ast.Attribute) and a.attr != "mark"}
         assert len(marks & known) == 1, f"{path.name}: area markers {sorted(marks & known)} of {sorted(marks)}"
+
+
+def test_each_tier_has_one_performance_run_and_it_is_a_catalogue_entry(tmp_path):
+    """The performance contracts read the one entry per tier marked ``measures_performance``
+    (cpu: the pretraining run; trn2: the kernel run), not a name kept in the profile; a tier
+    with none or two is refused with the entries named."""
+    import json
+
+    from fixtures.runs.catalogue import CATALOGUE, PRETRAIN, performance_run
+    from fixtures.tiers.tier_profile import trn2_profile
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "vocab_size": 151936, "num_hidden_layers": 36, "hidden_size": 2560,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728}))
+    trn2 = trn2_profile("trn2.48xlarge", 2, model)
+    assert CATALOGUE.performance_run(cpu_profile()) == PRETRAIN
+    assert CATALOGUE.performance_run(trn2) == performance_run(trn2)
+    two = Catalogue([Entry("a", lambda t: DENSE_NATIVE, measures_performance=True),
+                     Entry("b", lambda t: PRETRAIN, measures_performance=True)])
+    with pytest.raises(ValueError, match=r"the cpu tier has 2 performance runs in the catalogue \(a, b\)"):
+        two.performance_run(cpu_profile())
+    with pytest.raises(ValueError, match=r"has 0 performance runs in the catalogue \(none\)"):
+        Catalogue([Entry("a", lambda t: DENSE_NATIVE)]).performance_run(cpu_profile())
