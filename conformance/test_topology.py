@@ -94,10 +94,10 @@ def host_cores(tier) -> tuple[list[int], str]:
     instance's from the write-up's table (ids 0..N-1, as neuron-ls numbers them); a subset
     (a container or pod, NEURON_RT_VISIBLE_CORES) as neuron-ls listed it at detection."""
     whole = LOGICAL_CORES.get((tier.instance, tier.lnc))
-    exposed = list(tier.detection.get("cores") or [])
+    exposed = list(tier.detection.cores if tier.detection else [])
     if whole is not None and len(exposed) in (0, whole):
         return list(range(whole)), f"{tier.instance} at LNC={tier.lnc} (the write-up's table)"
-    return exposed, f"the {len(exposed)} cores {tier.detection.get('host', 'the host')} exposes (neuron-ls)"
+    return exposed, f"the {len(exposed)} cores {tier.detection.host if tier.detection else 'the host'} exposes (neuron-ls)"
 
 
 @pytest.mark.only_tiers("trn2", reason="logical NeuronCores exist only on a Neuron host")
@@ -202,7 +202,7 @@ def test_the_pytest_process_holds_no_neuroncore(tier, record_property):
 
     expect("torch_neuronx" not in sys.modules, "torch_neuronx is not imported in the pytest process",
            "not imported", sys.modules.get("torch_neuronx"))
-    dev_dirs = sorted({"/dev", *(os.path.dirname(n) for n in tier.detection.get("device_nodes") or [])})
+    dev_dirs = sorted({"/dev", *(os.path.dirname(n) for n in (tier.detection.device_nodes if tier.detection else []))})
     expect_equal("the pytest process holds no Neuron device node open (its own /proc/self/fd)", [],
                  device_isolation.open_device_nodes(dev_dirs), detail=f"device node folders: {dev_dirs}")
     held = neuron_host.list_neuron_processes()

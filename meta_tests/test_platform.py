@@ -311,7 +311,7 @@ def test_neuron_ls_off_path_is_found_in_the_tools_folder_and_said(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), env=env, torch_neuron_probe=lambda: "available")
     assert found.neuron_ls_path == str(bin_dir / "neuron-ls") and found.instance == "trn2.48xlarge"
     assert found.neuron_ls_where.startswith(f"in {bin_dir}, not on PATH"), found.neuron_ls_where
-    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).detection["neuron_ls_where"] == found.neuron_ls_where
+    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).detection.neuron_ls_where == found.neuron_ls_where
     from reports import neuron_debug  # the failure bundle's neuron-ls -a, found there too
 
     assert "instance-type: trn2.48xlarge" in neuron_debug.neuron_ls_all(env)
