@@ -2,7 +2,8 @@
 trains on the answers alone. Its prompt and pad labels are the ignore index (-100), its step-1
 loss is the mean cross-entropy over the unmasked tokens of all ranks' rows (normalised by the
 global count of valid tokens, not all tokens), and its ranks read disjoint blocks of the data in
-the documented order.
+the documented order. The run trains two epochs (``fixtures.runs.catalogue.chat_sft``): epoch 2
+reads each rank's block again, reshuffled with the next seed (issue 44, "More than one epoch").
 
 Every expected value comes from the data (the suite's chat samples: fixtures.data.chat_data),
 transformers' tokenizer and chat template, the ``datasets`` library's documented shuffle and
