@@ -75,3 +75,52 @@ def test_each_rank_reads_its_shard_packed_in_order(titan_runs):
         blocks.append(set(expected["documents"]))
     overlap = [(a, b) for a in range(dp) for b in range(a + 1, dp) if blocks[a] & blocks[b]]
     expect(not overlap, "no two ranks read the same document", "disjoint blocks", overlap, run)
+
+
+PACKED_ROWS = 4  # rows of the grid: a batch > 1, so the mask's per-row indexing is exercised
+
+
+def test_flex_document_mask_is_causal_within_the_documents_the_eos_tokens_close(tier, assets):
+    """Packed documents (issue 44): torchtitan's flex attention (its default backend; the cpu
+    tier's layers run SDPA, causal over the row, and the reference of ``test_loss.py`` does the
+    same on purpose: ``hf_reference.ATTENTION_ON_PACKED_DOCUMENTS``) attends through the mask
+    ``Decoder.get_attention_masks`` builds from the positions. Evaluated on every (row, query,
+    key) of ``PACKED_ROWS`` real rows of the suite's dataset (``seq_len`` of the cpu tier's
+    configs, tokenized and packed from the data with their positions: ``packing.first_rows``),
+    on CPU with no launch (``fixtures.rank.titan.flex_mask``), it must equal the mask computed
+    from the end-of-sequence tokens alone (``packing.eos_document_ids``): a query attends a key
+    exactly when the key is not after it and no EOS closes a document between them. The rows
+    must hold more than one document (else causal over the row would pass too)."""
+    from fixtures.rank.model_shapes import CPU_SEQ_LEN
+    from fixtures.rank.titan import flex_mask
+    import torch
+
+    dataset, tokenizer = assets.dataset_dir, assets.tokenizer_dir
+    rows = packing.first_rows(dataset, tokenizer, rank=0, world_size=1, rows=PACKED_ROWS, seq_len=CPU_SEQ_LEN)
+    by_eos = packing.eos_document_ids(dataset, tokenizer, rank=0, world_size=1, rows=PACKED_ROWS,
+                                      seq_len=CPU_SEQ_LEN)
+    expect(rows["inputs"] == by_eos["inputs"], "the rows packed from the data and the EOS-closed stream hold the "
+           "same tokens", "equal", "different", detail=f"dataset {dataset}, tokenizer {tokenizer}")
+    documents = torch.tensor(by_eos["documents"])
+    positions = torch.tensor(rows["positions"])
+    actual = flex_mask.document_mask(positions)
+    if actual.shape[0] == 1 and PACKED_ROWS > 1:  # token-folded layout: the rows are one stream, each row its
+        # own document from its start (its positions restart there: packing._from_row_start)
+        documents = (documents + 100_000 * torch.arange(PACKED_ROWS)[:, None]).reshape(1, -1)
+    length = documents.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    expected = (documents[:, :, None] == documents[:, None, :]) & causal
+    per_row = [len(set(r)) for r in by_eos["documents"]]
+    expect(sum(n > 1 for n in per_row) > 1, "more than one row packs more than one document",
+           "> 1 rows", f"documents per row {per_row}")
+    expect(not bool((expected == causal).all()), "the documents' mask differs from causal over the row",
+           "some pair masked", "none")
+    expect_shape = tuple(expected.shape)
+    expect(tuple(actual.shape) == expect_shape, "torchtitan's mask covers every (row, query, key)", expect_shape,
+           tuple(actual.shape))
+    wrong = (actual != expected).nonzero().tolist()
+    first = [f"row {b} query {q} key {k}: torchtitan {bool(actual[b, q, k])}, documents {documents[b, q].item()} "
+             f"and {documents[b, k].item()}" for b, q, k in wrong[:3]]
+    expect(not wrong, "torchtitan's flex mask attends within each EOS-closed document, causally",
+           "0 (row, query, key) differ", f"{len(wrong)} of {expected.numel()} differ",
+           detail=f"documents per row {per_row}; first: {first}")

@@ -35,6 +35,13 @@ def _row_len(run) -> int:
     return training_batch.resolved_batch(run.resolved_config())[1]
 
 
+def _attention(run) -> str:
+    """What the run's attention does with the documents packed into a row (ROW_CAUSAL on the
+    cpu tier's SDPA), read from the classes its layers hold: the reference does the same
+    (``hf_reference.packed_documents_attention``)."""
+    return hf_reference.packed_documents_attention(run.probe(probes.parallel, 0)["module_classes"])
+
+
 @pytest.mark.only_tiers("cpu", reason=tier_profile.IN_SUITE_REFERENCE_MODEL + " is needed: recomputing "
                         "Qwen3-4B over all 64 ranks' 4096 tokens inside pytest is out of reach; on trn2 "
                         "test_first_step_loss_of_rank_0_equals_transformers checks a bounded sample")
@@ -43,12 +50,14 @@ def test_first_step_loss_equals_transformers_on_the_same_batch(tier, titan_runs)
     computes with those weights on the very tokens the run trained on (recorded inside the
     run on every rank, positions included). The reference takes its labels from the input
     tokens (the next token; only each row's last label, whose token is outside the row, is
-    the run's), so a pipeline that labels the wrong token cannot pass."""
+    the run's), so a pipeline that labels the wrong token cannot pass. The documents packed in
+    a row are attended as the run's attention does (``_attention``: on the cpu tier causal over
+    the row), explicitly, never as transformers' use_cache-dependent detection would."""
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     batches = [run.probe(probes.batch, r) for r in range(tier.nproc_per_node)]
     folder = titan_runs.checkpoints(Checkpoint.HF_TIED)
     model = hf_reference.transformers_model(folder)
-    reference = hf_reference.batch_loss(model, batches, hf_reference.eos_id(folder), _row_len(run))
+    reference = hf_reference.batch_loss(model, batches, hf_reference.eos_id(folder), _row_len(run), _attention(run))
     first = run.steps[0].loss
     rtol = tier.numerics.first_loss_rtol
     expect(math.isclose(first, reference, rel_tol=rtol),
@@ -65,7 +74,8 @@ def test_first_step_loss_of_rank_0_equals_transformers(tier, titan_runs, record_
     run = require_trained(titan_runs.get(LOAD_TIED_TRAIN_EXPORT))
     folder = titan_runs.checkpoints(Checkpoint.HF_TIED)
     model = hf_reference.transformers_model(folder, tier.numerics.dtype)
-    reference = hf_reference.batch_loss(model, [run.probe(probes.batch, 0)], hf_reference.eos_id(folder), _row_len(run))
+    reference = hf_reference.batch_loss(model, [run.probe(probes.batch, 0)], hf_reference.eos_id(folder), _row_len(run),
+                                        _attention(run))
     recorded = run.probe(probes.first_loss, 0)
     rtol = tier.numerics.first_loss_rtol
     record_property("rank0_first_loss_vs_reference", f"{recorded['mean']:.6f} vs {reference:.6f}")

@@ -2,7 +2,8 @@
 trains on the answers alone. Its prompt and pad labels are the ignore index (-100), its step-1
 loss is the mean cross-entropy over the unmasked tokens of all ranks' rows (normalised by the
 global count of valid tokens, not all tokens), and its ranks read disjoint blocks of the data in
-the documented order.
+the documented order. The run trains two epochs (``fixtures.runs.catalogue.chat_sft``): epoch 2
+reads each rank's block again, reshuffled with the next seed (issue 44, "More than one epoch").
 
 Every expected value comes from the data (the suite's chat samples: fixtures.data.chat_data),
 transformers' tokenizer and chat template, the ``datasets`` library's documented shuffle and
@@ -159,3 +160,56 @@ def test_chat_loss_is_normalised_by_the_global_count_of_valid_tokens(tier, titan
     rtol = tier.numerics.first_loss_rtol
     expect(math.isclose(first, total, rel_tol=rtol), "the logged step-1 loss is the ranks' summed losses over "
            f"the {valid} unmasked labels within {rtol}", total, first, run)
+
+
+def _rows_read(run, rank: int) -> dict[int, list[str]]:
+    """Rank ``rank``'s row digests per optimizer step, in order (the ``batches`` probe: one line
+    per forward, a digest per row)."""
+    by_step: dict[int, list[str]] = {}
+    for line in run.probe(probes.batches, rank):
+        by_step.setdefault(line["step"], []).extend(line["rows"])
+    return by_step
+
+
+def test_chat_epoch_2_reads_each_ranks_block_reshuffled_with_the_next_seed(tier, titan_runs):
+    """The run trains two epochs of its data (issue 44, "More than one epoch"). Every row each
+    rank read (recorded inside the run: the ``batches`` probe's digest of each row of every
+    forward) is identified among the rows made from the data (``chat_reference.as_batch``);
+    epoch 1's rows must be rank r's block of the seed-42 shuffle in order, epoch 2's the same
+    block shuffled again with seed 43, as ``chat_reference.rank_order`` computes it with the
+    ``datasets`` library from the data alone (torchtitan's ``ChatDataset.reloop`` documents
+    "reset position and reshuffle" with seed 42 + epoch; file and lines in
+    ``fixtures.data.chat_reference``). The data's epoch-2 order must differ from epoch 1's on
+    some rank (else a re-loop without reshuffle could not be told apart), and no rank reads a
+    sample of another rank's block in either epoch."""
+    run, folder, _, seq_len = _run_and_expected(tier, titan_runs)
+    local_batch, _ = training_batch.resolved_batch(run.resolved_config())
+    dataset = run.resolved_config()["dataloader"]["dataset_path"]
+    tokenizer, eos = chat_reference.tokenizer_of(folder), hf_reference.eos_id(folder)
+    samples = [chat_reference.tokenized(tokenizer, i, s) for i, s in enumerate(chat_reference.read_samples(dataset))]
+    digest = {chat_reference.row_digest(chat_reference.as_batch([s], seq_len, eos)["inputs"][0]): s.index
+              for s in samples}
+    orders = {epoch: chat_reference.rank_order(dataset, tier.nproc_per_node, epoch) for epoch in (1, 2)}
+    expect(orders[1] != orders[2], "the data's epoch-2 order differs from epoch 1's on some rank (else the "
+           "contract could not see a re-loop that does not reshuffle)", "some rank's order differs",
+           f"epoch 1 {orders[1]}, epoch 2 {orders[2]}", run)
+    read = {}
+    for rank in range(tier.nproc_per_node):
+        per_epoch = len(orders[1][rank])
+        if per_epoch % local_batch:
+            raise AssertionError(f"rank {rank}'s block of {per_epoch} samples is not whole steps of "
+                                 f"{local_batch} rows: the catalogue's chat_sft must size the data so")
+        steps_per_epoch = per_epoch // local_batch
+        by_step = _rows_read(run, rank)
+        for epoch in (1, 2):
+            steps = range((epoch - 1) * steps_per_epoch + 1, epoch * steps_per_epoch + 1)
+            found = [digest.get(row, f"no sample ({row})") for step in steps for row in by_step.get(step, [])]
+            read[(rank, epoch)] = found
+            expect_equal(f"rank {rank} reads epoch {epoch} as its block of the seed-42 split shuffled "
+                         + ("with seed 43" if epoch == 2 else "in order"), orders[epoch][rank], found, run,
+                         detail=f"steps {steps.start}-{steps.stop - 1}; data {dataset}; epoch 1 order "
+                                f"{orders[1][rank]}")
+    for epoch in (1, 2):
+        flat = [i for (rank, e), rows in read.items() if e == epoch for i in rows]
+        expect_equal(f"no sample is read by two ranks in epoch {epoch}", len(flat), len(set(map(str, flat))), run,
+                     detail=str({k: v for k, v in read.items() if k[1] == epoch}))

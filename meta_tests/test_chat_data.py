@@ -115,3 +115,28 @@ def test_the_reference_rows_are_what_torchtitans_chat_dataset_documents(assets, 
     assert [r[0] for r in rows] == batch["inputs"].tolist()
     assert [r[1] for r in rows] == batch["labels"].tolist()
     assert [r[2] for r in rows] == batch["positions"].tolist()
+
+
+def test_each_epoch_reshuffles_every_ranks_own_block(assets, tmp_path):
+    """The reference order of later epochs (``chat_reference.rank_order``): epoch 1 is the
+    seed-42 split; epoch 2 and 3 hold the same samples per rank (each rank's own block), in the
+    orders ``Dataset.shuffle`` gives that block with seeds 43 and 44, which differ from epoch 1's
+    on this data; epochs count from 1."""
+    from datasets import Dataset
+
+    samples = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}
+               for i in range(16)]
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "data.json").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    orders = {e: chat_reference.rank_order(folder, 2, e) for e in (1, 2, 3)}
+    for rank in range(2):
+        block = orders[1][rank]
+        for epoch in (2, 3):
+            assert sorted(orders[epoch][rank]) == sorted(block)
+            shuffled = Dataset.from_dict({"i": block}).shuffle(seed=41 + epoch)["i"]
+            assert orders[epoch][rank] == list(shuffled)
+    assert not set(orders[2][0]) & set(orders[2][1])
+    assert orders[2] != orders[1] and orders[3] != orders[2]
+    with pytest.raises(ValueError, match="count from 1"):
+        chat_reference.rank_order(folder, 2, 0)
