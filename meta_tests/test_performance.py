@@ -462,16 +462,35 @@ def test_a_pass_passes_and_one_stack_alone_is_named(tmp_path):
 # fixtures/oracles/performance.py and upgrades/perf_compare.py that the tests above let survive.
 
 
+def _launches_whose_interval_starts_at_one() -> tuple[list[tuple[float, ...]], list[tuple[float, ...]]]:
+    """Two trusted launches of 1.0 s and two candidate ones whose Welch interval's lower end is
+    exactly 1.0, found on this machine's libm (bisection, then the neighbouring floats)."""
+    trusted = [(1.0,), (1.0,)]
+    for c2 in (1.2, 1.12, 1.1, 1.3, 1.25, 1.15, 1.4, 1.5, 1.05, 1.22):
+        def low(x):
+            return performance.compare_step_times(trusted, [(x,), (c2,)], 0.0).low
+        lo, hi = 1.0, c2
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if low(mid) > 1 else (mid, hi)
+        for k in range(-5, 6):
+            if low(hi + k * 2 ** -52) == 1.0:
+                return trusted, [(hi + k * 2 ** -52,), (c2,)]
+    pytest.fail("found no launches whose interval starts at exactly 1.0 with this libm")
+
+
 def test_a_change_exactly_at_the_threshold_or_an_interval_from_exactly_one_does_not_flag():
-    """Over launches, as for peaks: a candidate exactly 15% slower against a 15% threshold is
-    within it, however clear of the noise; an interval whose lower end is exactly 1.0 (these
-    launches, found for it) still holds no change, so an 18% slowdown on it does not flag. The
+    """Over launches, as for peaks: a candidate exactly at the threshold (the threshold taken
+    as its own ratio - 1, exact in floats) is within it, however clear of the noise; an interval
+    whose lower end is exactly 1.0 still holds no change, so a slowdown on it does not flag. The
     page's trusted and candidate columns are each side's (geometric mean of launch medians)."""
-    at = performance.compare_step_times([(1.0,) * 5] * 2, [(1.15,) * 5] * 2, 0.15)
-    assert at.ratio == 1.15 and at.low > 1 and not at.flagged
+    ratio = performance.compare_step_times([(1.0,) * 5] * 2, [(1.15,) * 5] * 2, 0.15).ratio
+    at = performance.compare_step_times([(1.0,) * 5] * 2, [(1.15,) * 5] * 2, ratio - 1)
+    assert at.ratio == 1 + at.threshold and at.low > 1 and not at.flagged
     assert performance.compare_step_times([(1.0,) * 5] * 2, [(1.15,) * 5] * 2, 0.149).flagged
-    touching = performance.compare_step_times([(1.0,), (1.0,)], [(1.1684953818615014,), (1.2,)], 0.1)
-    assert touching.low == 1.0 and touching.ratio > 1.18 and not touching.flagged
+    trusted, candidate = _launches_whose_interval_starts_at_one()
+    touching = performance.compare_step_times(trusted, candidate, 0.01)
+    assert touching.low == 1.0 and touching.ratio > 1.05 and not touching.flagged
     sides = performance.compare_step_times([(0.1,) * 5, (0.1,) * 5], [(0.2,) * 5, (0.2,) * 5], 0.1)
     assert (sides.trusted, sides.candidate) == pytest.approx((0.1, 0.2))
     assert performance.t975(120) == 1.980 and performance.t975(120.5) == 1.960  # the table's last row, then z
