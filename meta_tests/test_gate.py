@@ -518,3 +518,80 @@ def test_another_machine_is_named_by_what_differs_where_the_labels_agree():
     note = gate.other_machine(before, after)
     assert "(flags: avx512dq only in this session)" in note, note
     assert gate.other_machine(before, {"machine": {**before["machine"]}}) is None
+
+
+# Added after mutation testing (round 2, benchmarks/mutation.md): each kills mutants the tests above let survive.
+
+XEON = {"arch": "x86_64", "vendor": "GenuineIntel", "cpu": "Xeon", "capability": "AVX2", "kernel_env": {},
+        "flags": ["avx", "avx2", "f16c", "fma"]}
+
+
+def _machine(key: str, numerics: dict | None, **more) -> dict:
+    return {"machine": {"numerics_key": key, "numerics_label": "GenuineIntel Xeon, AVX2 kernels",
+                        **({"numerics": numerics} if numerics is not None else {}), **more}}
+
+
+def test_the_machine_note_names_every_dispatch_difference_and_only_those():
+    """Where the labels agree, the note lists each field that differs, "; " between fields:
+    a scalar as "old -> new", a flag list as the flags only on each side (both ways), a field
+    recorded on one side only (as a report before the field existed). Identical dispatch
+    records (another key for another reason), or a side that recorded none, add nothing."""
+    amd = {**XEON, "capability": "AVX512", "flags": ["avx", "avx2", "avx512dq", "avx512f"],
+           "kernel_env": {"ATEN_CPU_CAPABILITY": "avx512"}}
+    note = gate.other_machine(_machine("a", XEON), _machine("b", amd))
+    assert ("GenuineIntel Xeon, AVX2 kernels (capability: AVX2 -> AVX512; flags: f16c only in the baseline, "
+            "fma only in the baseline, avx512dq only in this session, avx512f only in this session; kernel_env: "
+            "{} -> {'ATEN_CPU_CAPABILITY': 'avx512'}): a contract that newly fails") in note, note
+    older = {k: v for k, v in XEON.items() if k != "kernel_env"}
+    no_flags = {k: v for k, v in XEON.items() if k != "flags"}
+    note = gate.other_machine(_machine("a", older), _machine("b", {**no_flags, "kernel_env": {"X": "1"}}))
+    assert "(flags: avx only in the baseline, avx2 only in the baseline, f16c only in the baseline, fma only in " \
+           "the baseline; kernel_env: None -> {'X': '1'}):" in note, note
+    tail = ": a contract that newly fails may be this machine's kernel paths"
+    plain = "this session on GenuineIntel Xeon, AVX2 kernels" + tail
+    assert plain in gate.other_machine(_machine("a", XEON), _machine("b", dict(XEON)))
+    assert plain in gate.other_machine(_machine("a", None), _machine("b", XEON))
+    assert plain in gate.other_machine(_machine("a", XEON), _machine("b", None))
+
+
+def test_figures_of_two_neuron_releases_are_not_compared(baseline):
+    """One machine, two Neuron releases (a trn2 session records its packages and driver): the
+    absolute times are not compared, and the line names each side's release."""
+    old, new = {"aws-neuronx-runtime-lib": "2.20.1", "driver": "2.19"}, {"aws-neuronx-runtime-lib": "2.21.0",
+                                                                          "driver": "2.19"}
+    base = _identified(_with_performance(baseline, 1.0), machine={**MACHINE, "neuron_versions": old})
+    run = _identified(_with_performance(baseline, 1.0), machine={**MACHINE, "neuron_versions": new})
+    assert gate.performance_against(base, run) == [
+        f"not compared: the baseline was measured on box (GenuineIntel Xeon, AVX2 kernels, Neuron {old}), this "
+        f"session on box (GenuineIntel Xeon, AVX2 kernels, Neuron {new}): absolute times of two machines are not "
+        "comparable"]
+    same = _identified(_with_performance(baseline, 1.0), machine={**MACHINE, "neuron_versions": dict(old)})
+    assert gate.performance_against(base, same)[0].startswith(f"{PERF_NODEID}: steady step ")
+
+
+def _tokens(report: dict, nodeid: str, tokens: int) -> None:
+    figure = next(c for c in report["contracts"] if c["nodeid"] == nodeid)
+    data = json.loads(figure["measured"]["performance"])
+    data["ranks"]["0"]["tokens_per_step"] = tokens
+    figure["measured"] = {"performance": json.dumps(data)}
+
+
+def test_tokens_per_step_within_the_rounding_tolerance_is_the_same_work(baseline):
+    """Tokens per step that moved by at most TOKENS_RTOL of the baseline's (the rounding of the
+    logged floats, the bound included) is the same step: its time is compared. Beyond it, that
+    figure is named as other work, and the figures after it are still compared."""
+    assert gate.performance.TOKENS_RTOL == 1e-3
+    base, run = _identified(_with_performance(baseline, 1.0)), _identified(_with_performance(baseline, 1.0))
+    for report in (base, run):
+        extra = copy.deepcopy(next(c for c in report["contracts"] if c["nodeid"] == PERF_NODEID))
+        report["contracts"].append({**extra, "nodeid": PERF_NODEID + "z"})
+    for before, after in ((2000, 2002), (2048, 2049)):  # 2 of 2000: the bound itself; 1 of 2048: inside
+        _tokens(base, PERF_NODEID, before)
+        _tokens(run, PERF_NODEID, after)
+        lines = gate.performance_against(base, run)
+        assert [l.split(": steady step ")[0] for l in lines] == [PERF_NODEID, PERF_NODEID + "z"], lines
+    _tokens(run, PERF_NODEID, 2051)
+    lines = gate.performance_against(base, run)
+    assert lines[0] == (f"{PERF_NODEID}: tokens per step 2048 -> 2051 (rank 0): the step does other work, so its "
+                        "time is not comparable")
+    assert len(lines) == 2 and lines[1].startswith(f"{PERF_NODEID}z: steady step "), lines

@@ -456,3 +456,101 @@ def test_a_pass_passes_and_one_stack_alone_is_named(tmp_path):
                         growth=POLICY.leak_mib_per_step) for i in A_A[1]]
     verdict = perf_compare.judge(base + at_bound, POLICY)
     assert verdict.verdict == "PASS" and verdict.leaks == []
+
+
+# Added after mutation testing (round 2, benchmarks/mutation.md): each kills mutants of
+# fixtures/oracles/performance.py and upgrades/perf_compare.py that the tests above let survive.
+
+
+def _launches_whose_interval_starts_at_one() -> tuple[list[tuple[float, ...]], list[tuple[float, ...]]]:
+    """Two trusted launches of 1.0 s and two candidate ones whose Welch interval's lower end is
+    exactly 1.0, found on this machine's libm (bisection, then the neighbouring floats)."""
+    trusted = [(1.0,), (1.0,)]
+    for c2 in (1.2, 1.12, 1.1, 1.3, 1.25, 1.15, 1.4, 1.5, 1.05, 1.22):
+        def low(x):
+            return performance.compare_step_times(trusted, [(x,), (c2,)], 0.0).low
+        lo, hi = 1.0, c2
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if low(mid) > 1 else (mid, hi)
+        for k in range(-5, 6):
+            if low(hi + k * 2 ** -52) == 1.0:
+                return trusted, [(hi + k * 2 ** -52,), (c2,)]
+    pytest.fail("found no launches whose interval starts at exactly 1.0 with this libm")
+
+
+def test_a_change_exactly_at_the_threshold_or_an_interval_from_exactly_one_does_not_flag():
+    """Over launches, as for peaks: a candidate exactly at the threshold (the threshold taken
+    as its own ratio - 1, exact in floats) is within it, however clear of the noise; an interval
+    whose lower end is exactly 1.0 still holds no change, so a slowdown on it does not flag. The
+    page's trusted and candidate columns are each side's (geometric mean of launch medians)."""
+    ratio = performance.compare_step_times([(1.0,) * 5] * 2, [(1.15,) * 5] * 2, 0.15).ratio
+    at = performance.compare_step_times([(1.0,) * 5] * 2, [(1.15,) * 5] * 2, ratio - 1)
+    assert at.ratio == 1 + at.threshold and at.low > 1 and not at.flagged
+    assert performance.compare_step_times([(1.0,) * 5] * 2, [(1.15,) * 5] * 2, 0.149).flagged
+    trusted, candidate = _launches_whose_interval_starts_at_one()
+    touching = performance.compare_step_times(trusted, candidate, 0.01)
+    assert touching.low == 1.0 and touching.ratio > 1.05 and not touching.flagged
+    sides = performance.compare_step_times([(0.1,) * 5, (0.1,) * 5], [(0.2,) * 5, (0.2,) * 5], 0.1)
+    assert (sides.trusted, sides.candidate) == pytest.approx((0.1, 0.2))
+    assert performance.t975(120) == 1.980 and performance.t975(120.5) == 1.960  # the table's last row, then z
+
+
+def test_the_one_launch_figure_holds_both_sides_step_noise_and_is_reproducible():
+    """The gate's one-launch figure: a bootstrap over each side's steps (jitter in the
+    candidate's steps alone, or in the trusted's alone, widens the interval), the same line for
+    the same reports every time, a step-time change the gate can print, both medians, and
+    never a verdict (threshold 0, flagged false in its record)."""
+    steady, jittery = (0.1,) * 30, tuple(0.08 + 0.002 * (i % 20) for i in range(30))
+    for trusted, candidate in ((steady, jittery), (jittery, steady)):
+        one = performance.compare_step_times_one_launch(trusted, candidate)
+        assert one.low < one.ratio < one.high, one
+    one = performance.compare_step_times_one_launch(tuple(SERIES[0]["steady_times"]), tuple(SERIES[1]["steady_times"]))
+    again = performance.compare_step_times_one_launch(tuple(SERIES[0]["steady_times"]), tuple(SERIES[1]["steady_times"]))
+    assert (one.low, one.high) == (again.low, again.high)
+    assert one.figure == "step_time_s" and one.change().startswith(("slower by ", "faster by "))
+    assert (one.trusted, one.candidate) == (performance.statistics.median(SERIES[0]["steady_times"]),
+                                            performance.statistics.median(SERIES[1]["steady_times"]))
+    assert one.ratio == one.candidate / one.trusted
+    record = one.to_json()
+    assert record["flagged"] is False and record["threshold"] == 0.0 and record["launches"] == (1, 1)
+
+
+def test_the_slowest_rank_is_chosen_by_its_time_and_no_steady_step_is_no_time(tmp_path):
+    """The launch's step time is its slowest rank's, whichever rank that is (rank 0 here, not
+    the highest-numbered); a launch whose ranks recorded no steady step has no step time
+    (an empty series that measurement_problems reports), never a crash."""
+    launch = _launch(tmp_path, "candidate", "c", SERIES[0]["steady_times"], 0.88)
+    launch.figures["ranks"]["0"] = _rank([t * 1.3 for t in SERIES[0]["steady_times"]], 0.88, 0.05)
+    assert launch.slowest_rank == "0"
+    assert launch.steady_times == tuple(t * 1.3 for t in SERIES[0]["steady_times"])
+    empty = perf_compare.Launch("candidate", tmp_path / "e", {"ranks": {"0": {"steady_times": []}}}, "passed")
+    assert empty.slowest_rank is None and empty.steady_times == ()
+
+
+def test_a_machine_load_at_its_bound_is_not_busy_and_work_at_the_rounding_bound_is_the_same(tmp_path):
+    """The bounds are inclusive: others' CPU time of exactly 10%, or steal of exactly 5%, is not
+    a busy machine; tokens per step that differ by exactly TOKENS_RTOL of the larger (2 of
+    2000) are the same work, 4 of 2000 are not."""
+    launch = _launch(tmp_path, "candidate", "c", SERIES[0]["steady_times"], 0.88)
+    launch.machine_load = {"others_fraction": perf_compare.BUSY_OTHERS, "steal_fraction": perf_compare.BUSY_STEAL}
+    assert perf_compare.busy(launch) is None
+    trusted = [_launch(tmp_path, "trusted", f"t{i}", SERIES[i]["steady_times"], 0.88, tokens=1000) for i in A_A[0]]
+    for per_rank, same in ((999, True), (998, False)):  # two ranks: 1998 (2 of 2000) and 1996 (4 of 2000)
+        candidate = [_launch(tmp_path, "candidate", f"c{i}", SERIES[i]["steady_times"], 0.88, tokens=per_rank)
+                     for i in A_A[1]]
+        assert (perf_compare.work_changed(trusted + candidate) is None) == same, per_rank
+
+
+def test_the_inconclusive_reasons_word_for_word():
+    """The page's two readings of an inconclusive figure, whole: a real change (interval wholly
+    above 1) of uncertain size, and noise (the interval holds no change, also when its lower
+    end is exactly 1.0)."""
+    real = performance.Comparison("peak_memory_gib", 0.88, 0.904, 1.027, 1.026, 1.031, 0.03, False, (3, 3))
+    assert perf_compare.inconclusive_reason(real) == (
+        f"peak_memory_gib: a real change ({real.change()}: the whole interval is beyond no change), its estimate "
+        "within the 3% threshold but its interval reaching past it: the launches cannot say whether it stays within")
+    touching = performance.Comparison("step_time_s", 0.09, 0.095, 1.05, 1.0, 1.2, 0.15, False, (3, 3))
+    assert perf_compare.inconclusive_reason(touching) == (
+        f"step_time_s: {touching.change()}: the interval spans no change and reaches past the 15% threshold: these "
+        "launches are too noisy to say the candidate is within it")

@@ -566,3 +566,18 @@ def test_each_verdict_sentence_word_for_word():
                                      CHANGES, today=_report({"tp": "failed"}))
     assert shared["verdict"] == ("PASS: the candidate keeps every contract of the baseline; 1 contract(s) fail on "
                                  "this machine with the trusted stack too (this machine's, not the candidate's)")
+
+
+# Added after mutation testing (round 2, benchmarks/mutation.md): each kills mutants the tests above let survive.
+
+
+def test_the_upgrade_record_counts_no_figure_compared_across_suites():
+    """upgrade.json (what a script or a later page reads) says how many figures were compared:
+    one where both suites measured it, none, and no figure listed unchanged, across suites."""
+    base, cand = _report({"a": "passed"}), _report({"a": "passed"})
+    base["contracts"][0]["measured"] = cand["contracts"][0]["measured"] = {"step1_loss": 6.262897}
+    same = upgrade_compare.compare(base, cand, CHANGES)
+    assert same["figures_compared"] == 1 and same["measured"] == []
+    base["suite"] = {"assets_recipe": "an earlier round's", "assets_files": "x"}
+    other = upgrade_compare.compare(base, cand, CHANGES)
+    assert other["other_suite"] and other["figures_compared"] == 0 and other["unchanged_figures"] == []
