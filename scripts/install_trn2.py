@@ -7,10 +7,15 @@
    installed distribution pinned to its version (``-c``). One whose range the environment's
    version does not meet, or that cannot install without changing what is there, stops the
    install before anything is written, with pip's own reason.
-3. ``pip install --no-deps -e .``: the suite itself, then the missing dependencies.
+3. ``pip install --no-deps -e .``: the suite itself, then the missing dependencies. Where the
+   environment has the suite's build backend (pyproject ``[build-system] requires``:
+   setuptools, which torch declares on Python >= 3.12), ``--no-build-isolation``: pip's
+   isolated build would fetch setuptools from the index, which a host without network lacks.
 4. Check: the protected packages are exactly as before, and ``pip check`` shows no problem
-   that was not there before. Print what the install changed (added distributions, and any
-   version that moved).
+   that was not there before (the problems recorded before the install are printed as not the
+   suite's). Print what the install changed (added distributions, and any version that moved).
+
+Every failure is a sentence (``install-trn2: ...``) with pip's own reason, never a traceback.
 """
 
 from __future__ import annotations
@@ -38,9 +43,56 @@ def installed() -> dict[str, str]:
     return {canonicalize_name(d["name"]): d["version"] for d in json.loads(out)}
 
 
+class InstallError(RuntimeError):
+    """A failed step, as the sentence the user reads."""
+
+
 def pip_check() -> set[str]:
+    """The problems ``pip check`` prints, one a line (it exits 1 when there are any); a pip
+    check that fails without naming one is an error, not an empty set."""
     proc = subprocess.run([*PIP, "check"], capture_output=True, text=True)
-    return {line.strip() for line in proc.stdout.splitlines() if line.strip() and "No broken" not in line}
+    problems = {line.strip() for line in proc.stdout.splitlines() if line.strip() and "No broken" not in line}
+    if proc.returncode != 0 and not problems:
+        raise InstallError(f"pip check failed without naming a problem: {(proc.stderr.strip() or 'no output')[-800:]}")
+    return problems
+
+
+def build_system() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
+
+
+def backend_needs(have: dict[str, str]) -> list[str]:
+    """What the environment lacks to build the suite editable itself, without pip's build
+    isolation: pyproject's ``[build-system] requires``, then what the backend's own PEP 660
+    hook ``get_requires_for_build_editable`` asks for (setuptools before 70.1 asks for
+    ``wheel``: its ``bdist_wheel`` came from there, setuptools changelog v70.1.0). Empty: it
+    can."""
+    missing, outside = unmet([Requirement(r) for r in build_system()["requires"]], have)
+    if missing or outside:
+        return [f"{r} (not installed)" for r in missing] + outside
+    hook = (f"import json, {build_system()['build-backend']} as backend; "
+            "print(json.dumps(backend.get_requires_for_build_editable()))")
+    proc = subprocess.run([sys.executable, "-c", hook], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return [f"the build backend's get_requires_for_build_editable failed: {proc.stderr.strip()[-400:]}"]
+    asked = [Requirement(r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
+    missing, outside = unmet(asked, have)
+    return [f"{r} (not installed; {build_system()['build-backend']} asks for it)" for r in missing] + outside
+
+
+def install_suite(have: dict[str, str]) -> None:
+    """``pip install --no-deps -e REPO``: without build isolation where the environment can
+    build the suite itself (nothing fetched), else isolated (pip fetches the backend)."""
+    lacking = backend_needs(have)
+    isolation = [] if lacking else ["--no-build-isolation"]
+    proc = subprocess.run([*PIP, "install", "--quiet", "--no-deps", *isolation, "-e", str(REPO)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        backend = ("the environment's own build backend" if isolation else
+                   f"an isolated build, for which pip fetches {', '.join(build_system()['requires'])} from the "
+                   f"index, as this environment lacks {'; '.join(lacking)}: install that, or give pip an index")
+        raise InstallError(f"installing the suite itself (editable, {backend}) failed. pip says:\n"
+                           f"{pip_reason(proc.stdout + proc.stderr)}")
 
 
 def suite_requirements() -> list[Requirement]:
@@ -76,11 +128,21 @@ def pip_reason(output: str) -> str:
     return "\n".join(errors[-6:]) or "\n".join(lines[-6:])
 
 
+NO_INDEX_SIGNS = ("(from versions: none)", "No matching distribution found")
+
+
 def install_pinned(wanted: list[Requirement], pins: str, mode: str, failing: str) -> bool:
-    """``pip install MODE -c PINS WANTED``; False, with pip's own reason, where it fails."""
+    """``pip install MODE -c PINS WANTED``; False, with pip's own reason, where it fails. pip
+    finding no version at all of a dependency means no index answered (a host without
+    network, ``PIP_NO_INDEX``, an unreachable index): said so, with what to do."""
     proc = subprocess.run([*PIP, "install", mode, "-c", pins, *map(str, wanted)], capture_output=True, text=True)
     if proc.returncode != 0:
-        print(f"install-trn2: {failing}. pip says:\n{pip_reason(proc.stdout + proc.stderr)}", file=sys.stderr)
+        output = proc.stdout + proc.stderr
+        if any(sign in output for sign in NO_INDEX_SIGNS):
+            failing = (f"pip found no version at all of {', '.join(str(r) for r in wanted)}: no package index "
+                       "answered (a host without network, PIP_NO_INDEX, or an unreachable index); give pip an "
+                       "index, or a folder of their wheels (PIP_FIND_LINKS=DIR); nothing was changed")
+        print(f"install-trn2: {failing}. pip says:\n{pip_reason(output)}", file=sys.stderr)
     return proc.returncode == 0
 
 
@@ -93,6 +155,14 @@ def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
+    try:
+        return install()
+    except InstallError as exc:
+        print(f"install-trn2: {exc}", file=sys.stderr)
+        return 1
+
+
+def install() -> int:
     before = installed()
     missing_stack = [p for p in ("torch", "torch-neuronx", "torchtitan", "transformers") if p not in before]
     if missing_stack:
@@ -106,6 +176,8 @@ def main() -> int:
               "moves one (nothing was changed):\n  " + "\n  ".join(outside), file=sys.stderr)
         return 1
     problems_before = pip_check()
+    for problem in sorted(problems_before):
+        print(f"install-trn2: pip check: there before the install, not the suite's: {problem}")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="installed-pins-", delete=False) as f:
         f.write("".join(f"{name}=={version}\n" for name, version in sorted(before.items()) if name != SUITE))
     pins = f.name
@@ -115,7 +187,7 @@ def main() -> int:
         if not install_pinned(wanted, pins, "--dry-run", failing="the missing dependencies do not install "
                               "without changing what the environment has; nothing was changed"):
             return 1
-    subprocess.run([*PIP, "install", "--quiet", "--no-deps", "-e", str(REPO)], check=True)
+    install_suite(before)
     if wanted and not install_pinned(wanted, pins, "--quiet", failing="installing the missing dependencies "
                                      "failed after the dry run passed"):
         return 1
