@@ -49,6 +49,9 @@ def test_the_matrix_has_the_hosts_users_have():
     # when the stand-in runtime reserves its cores is ASSUMED: the matrix holds both sides
     reserve_at = {rehearsal.load_host(name).get("reserve_at", "import") for name in HOSTS}
     assert reserve_at == {"import", "first_use"}, reserve_at
+    # one host plans the write-up's model on paper, and its plan refuses some runs (not all)
+    paper = [name for name in HOSTS if rehearsal.load_host(name).get("model_on_paper")]
+    assert paper and all(rehearsal.load_host(name)["expect"].get("paper_refused") for name in paper), paper
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +94,13 @@ def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sess
         assert re.search(rf"^LNC \d set by: .*{re.escape(expect['lnc_source'])}", out, re.M), out
     ranks = {int(n) for n in re.findall(r"(\d+) ranks", out)}
     assert expect["ranks"] in ranks, f"no launch of {expect['ranks']} ranks in the plan:\n{out}"
+    if "paper_refused" in expect:  # the host's model on paper (model_on_paper), without --trn2-model-dir
+        assert re.search(r"^memory per rank of \S+ ON PAPER .* 24 GiB a logical core:$", out, re.M), out
+        refused = re.search(r"^memory: (\d+) of (\d+) launches do not fit and would be refused before launch: (.*)$",
+                            out, re.M)
+        assert refused, f"the plan on paper refuses nothing:\n{out}"
+        assert refused.group(3).split(", ") == expect["paper_refused"], refused.group(0)
+        assert int(refused.group(1)) < int(refused.group(2)), refused.group(0)  # refused some, planned the rest
     run = host_sessions[host]["run"]
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
