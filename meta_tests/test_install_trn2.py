@@ -177,6 +177,31 @@ def test_missing_dependencies_without_network_are_named(neuron_like_venv, tmp_pa
     assert versions(python) == have
 
 
+def test_a_requirement_the_install_would_break_stops_it_before_anything_is_written(neuron_like_venv):
+    """An installed distribution that requires ``hypothesis<6`` while hypothesis is missing
+    (pip check: "requires hypothesis, which is not installed", there before): installing the
+    suite's hypothesis (>= 6.100) would break it. pip's resolver does not weigh installed
+    distributions' requirements, so the install reads the dry run's report against them and
+    stops, naming both, before anything is written; the problem that was there before is still
+    not counted as the suite's."""
+    python = neuron_like_venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "hypothesis"], check=True,
+                   env=clean_env())
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    write_placeholder(site, "neuron-helper", "1.0", ["hypothesis<6"])
+    try:
+        have = versions(python)
+        proc = install(neuron_like_venv, clean_env())
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+        assert "neuron-helper 1.0 requires hypothesis<6; the install would add hypothesis 6." in proc.stderr, \
+            proc.stderr
+        assert versions(python) == have, "the install wrote before refusing"
+        assert "not the suite's: neuron-helper 1.0 requires hypothesis, which is not installed." in proc.stdout
+    finally:
+        shutil.rmtree(site / "neuron_helper-1.0.dist-info")
+
+
 def test_python_310_is_refused_with_a_sentence():
     """The suite needs Python >= 3.11 (pyproject ``requires-python``): an older interpreter gets
     one line saying so, before anything runs under it."""

@@ -5,8 +5,10 @@
 2. The suite's own dependencies (pyproject ``[project] dependencies``, ranges) that are
    missing or outside their range are resolved first with ``pip install --dry-run``, every
    installed distribution pinned to its version (``-c``). One whose range the environment's
-   version does not meet, or that cannot install without changing what is there, stops the
-   install before anything is written, with pip's own reason.
+   version does not meet, that cannot install without changing what is there, or whose
+   version would break an installed distribution's requirement (the dry run's report read
+   against them: ``would_break``), stops the install before anything is written, with pip's
+   own reason.
 3. ``pip install --no-deps -e .``: the suite itself, then the missing dependencies. Where the
    environment has the suite's build backend (pyproject ``[build-system] requires``:
    setuptools, which torch declares on Python >= 3.12), ``--no-build-isolation``: pip's
@@ -27,7 +29,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -146,6 +148,38 @@ def install_pinned(wanted: list[Requirement], pins: str, mode: str, failing: str
     return proc.returncode == 0
 
 
+def would_break(wanted: list[Requirement], pins: str) -> list[str]:
+    """The installed distributions' requirements that installing ``wanted`` would break, each
+    as a sentence: pip's resolver does not weigh what is already installed (it warns after
+    the install), so the dry run's report (``pip install --dry-run --report``, pip >= 22.2)
+    is read against every installed distribution's ``Requires-Dist`` (markers evaluated, extras
+    off) before anything is written."""
+    from importlib import metadata
+
+    with tempfile.TemporaryDirectory(prefix="install-trn2-") as folder:
+        report = Path(folder) / "report.json"
+        proc = subprocess.run([*PIP, "install", "--dry-run", "--quiet", "--report", str(report), "-c", pins,
+                               *map(str, wanted)], capture_output=True, text=True)
+        if proc.returncode != 0 or not report.is_file():
+            raise InstallError(f"pip's dry-run report failed. pip says:\n{pip_reason(proc.stdout + proc.stderr)}")
+        adds = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+                for i in json.loads(report.read_text()).get("install", [])}
+    broken = []
+    for dist in metadata.distributions():
+        for line in dist.requires or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:  # pip check names a distribution whose metadata it cannot read
+                continue
+            version = adds.get(canonicalize_name(req.name))
+            if version is None or (req.marker and not req.marker.evaluate({"extra": ""})):
+                continue
+            if not req.specifier.contains(Version(version), prereleases=True):
+                broken.append(f"{dist.metadata['Name']} {dist.version} requires {req}; the install would add "
+                              f"{req.name} {version}")
+    return sorted(set(broken))
+
+
 def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
     added = [f"+ {name} {after[name]}" for name in sorted(after) if name not in before]
     moved = [f"~ {name} {before[name]} -> {after[name]}" for name in sorted(after)
@@ -187,6 +221,9 @@ def install() -> int:
         if not install_pinned(wanted, pins, "--dry-run", failing="the missing dependencies do not install "
                               "without changing what the environment has; nothing was changed"):
             return 1
+        if broken := would_break(wanted, pins):
+            raise InstallError("the missing dependencies would break what the environment has (nothing was "
+                               "changed):\n  " + "\n  ".join(broken))
     install_suite(before)
     if wanted and not install_pinned(wanted, pins, "--quiet", failing="installing the missing dependencies "
                                      "failed after the dry run passed"):
