@@ -193,3 +193,58 @@ def test_slurm_script_under_standin_srun(tmp_path):
     logs = "".join((tmp_path / f"node{i}.log").read_text() for i in (1, 2))
     assert proc.returncode == 0, proc.stderr + logs
     assert "rank 0 of 2" in logs and "rank 1 of 2" in logs, logs
+
+
+def test_slurm_script_pins_each_ranks_core_before_its_interpreter_on_trn2():
+    """A trn2 Slurm job launches ranks as ``run_plan`` does (CONTRACTS.md "Launch", the
+    rank's core pinned before TorchNeuron can load): every node's agent runs with device-backend
+    autoload off and each rank through ``fixtures/rank/neuron_rank.sh`` with the node's first
+    core; the cpu form stays the write-up's line."""
+    entry = ["-m", "torchtitan.train", "--module", "m", "--config", "c"]
+    script = plan.slurm_script(4, 64, entry, first_core=0)
+    line = next(l for l in script.splitlines() if l.startswith("srun "))
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0 torchrun --nnodes=4" in line, line
+    wrapper = f"--no-python {plan.RANK_WRAPPER} --core-base 0 --autoload "
+    assert wrapper in line, line
+    assert line.index(wrapper) < line.index(f"{sys.executable} -m torchtitan.train --module m --config c"), line
+    cpu = plan.slurm_script(4, 64, entry)
+    assert "neuron_rank.sh" not in cpu and "AUTOLOAD" not in cpu
+
+
+def test_slurm_script_trn2_ranks_get_their_cores_under_standin_srun(tmp_path):
+    """The trn2 Slurm script run with stand-ins for ``scontrol`` and ``srun`` (two nodes here):
+    every rank starts with NEURON_RT_VISIBLE_CORES = the node's first core + LOCAL_RANK and the
+    user's own autoload setting (unset here), while its agent ran with autoload off."""
+    import os
+    import stat
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho localhost\n")
+    (bin_dir / "srun").write_text(
+        "#!/usr/bin/env bash\n"
+        "n=1; while [[ $1 == --* ]]; do [[ $1 == --nodes=* ]] && n=${1#--nodes=}; shift; done\n"
+        "for i in $(seq 1 $n); do \"$@\" > node$i.log 2>&1 & done\nwait\n")
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    program = tmp_path / "cores.py"
+    program.write_text(  # every rank writes a file: torchrun shows only local rank 0 (--local-ranks-filter 0)
+        "import os, pathlib\npathlib.Path(os.environ['RANK_OUT'], os.environ['RANK']).write_text("
+        "f\"rank {os.environ['RANK']} core {os.environ['NEURON_RT_VISIBLE_CORES']} "
+        "autoload {os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD', 'unset')}\")\n")
+    out = tmp_path / "ranks"
+    out.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(plan.slurm_script(2, 2, [str(program)], port=launcher.free_port(), first_core=16))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_DEVICE_BACKEND_AUTOLOAD",
+                                                               "CONFORMANCE_USER_TORCH_DEVICE_BACKEND_AUTOLOAD")}
+    env.update(PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+               SLURM_JOB_ID="4243", SLURM_JOB_NODELIST="localhost", RANK_OUT=str(out))
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    logs = "".join((tmp_path / f"node{i}.log").read_text() for i in (1, 2))
+    assert proc.returncode == 0, proc.stderr + logs
+    ranks = sorted(f.read_text() for f in out.iterdir())
+    assert ranks == [f"rank {r} core {16 + r % 2} autoload unset" for r in range(4)], logs

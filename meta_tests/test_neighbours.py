@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from fixtures.launch import neighbours
+from fixtures.tiers import neuron_host
 from fixtures.tiers import rehearsal
 from meta_tests import rehearsal_env
 
@@ -72,3 +73,31 @@ def test_a_process_on_a_device_wholly_the_sessions_is_refused_without_the_runtim
     found = neighbours.check([16, 17, 18, 19], DEVICE_4, {os.getpid()}, env, python="/nonexistent/python")
     assert found.refused == (f"pid {pid + 400000} (not visible here (another PID namespace?)) on device 4: every "
                              "core of that device is the session's (neuron-ls)"), found
+
+
+@pytest.mark.parametrize("neighbour", [[17]], indirect=True)
+def test_session_start_detection_reserves_no_core(neighbour, tmp_path):
+    """Detecting the host at session start never starts the Neuron runtime, which reserves the
+    visible cores as it starts ("initializes all the cores present in the system and reserves
+    them for the current process": neuron-runtime configuration-guide.rst; the stand-in does it
+    as torch_neuronx is imported, ASSUMED). With a neighbour holding core 17 of the pod's 16,17,
+    detection (in the rehearsal environment's python, as a session runs it) says TorchNeuron is
+    there, and no lock of the stand-in runtime besides the neighbour's exists after it: it took
+    none of the session's cores. (The per-core check before a launch is what refuses 17.)"""
+    env, _pid = neighbour
+    env = {**env, "NEURON_RT_VISIBLE_CORES": "16,17"}
+    code = "from fixtures.tiers import neuron_host\nprint(neuron_host.probe_torch_neuron())\n"
+    proc = subprocess.run([str(rehearsal_env.require()), "-c", code], cwd=rehearsal_env.REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "available", proc.stdout + proc.stderr
+    locks = sorted(p.name for p in (tmp_path / "locks").iterdir())
+    assert locks == ["core17.lock"], f"detection reserved a core: lock files {locks}"
+
+
+def test_detection_without_torch_neuronx_says_so():
+    """In an environment without TorchNeuron (this one: the cpu reference venv), detection says
+    it is not installed and where it looked, from metadata alone."""
+    import sys
+
+    assert neuron_host.probe_torch_neuron() == f"torch_neuronx is not installed in {sys.executable}"

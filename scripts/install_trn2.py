@@ -5,12 +5,19 @@
 2. The suite's own dependencies (pyproject ``[project] dependencies``, ranges) that are
    missing or outside their range are resolved first with ``pip install --dry-run``, every
    installed distribution pinned to its version (``-c``). One whose range the environment's
-   version does not meet, or that cannot install without changing what is there, stops the
-   install before anything is written, with pip's own reason.
-3. ``pip install --no-deps -e .``: the suite itself, then the missing dependencies.
+   version does not meet, that cannot install without changing what is there, or whose
+   version would break an installed distribution's requirement (the dry run's report read
+   against them: ``would_break``), stops the install before anything is written, with pip's
+   own reason.
+3. ``pip install --no-deps -e .``: the suite itself, then the missing dependencies. Where the
+   environment has the suite's build backend (pyproject ``[build-system] requires``:
+   setuptools, which torch declares on Python >= 3.12), ``--no-build-isolation``: pip's
+   isolated build would fetch setuptools from the index, which a host without network lacks.
 4. Check: the protected packages are exactly as before, and ``pip check`` shows no problem
-   that was not there before. Print what the install changed (added distributions, and any
-   version that moved).
+   that was not there before (the problems recorded before the install are printed as not the
+   suite's). Print what the install changed (added distributions, and any version that moved).
+
+Every failure is a sentence (``install-trn2: ...``) with pip's own reason, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -38,9 +45,56 @@ def installed() -> dict[str, str]:
     return {canonicalize_name(d["name"]): d["version"] for d in json.loads(out)}
 
 
+class InstallError(RuntimeError):
+    """A failed step, as the sentence the user reads."""
+
+
 def pip_check() -> set[str]:
+    """The problems ``pip check`` prints, one a line (it exits 1 when there are any); a pip
+    check that fails without naming one is an error, not an empty set."""
     proc = subprocess.run([*PIP, "check"], capture_output=True, text=True)
-    return {line.strip() for line in proc.stdout.splitlines() if line.strip() and "No broken" not in line}
+    problems = {line.strip() for line in proc.stdout.splitlines() if line.strip() and "No broken" not in line}
+    if proc.returncode != 0 and not problems:
+        raise InstallError(f"pip check failed without naming a problem: {(proc.stderr.strip() or 'no output')[-800:]}")
+    return problems
+
+
+def build_system() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
+
+
+def backend_needs(have: dict[str, str]) -> list[str]:
+    """What the environment lacks to build the suite editable itself, without pip's build
+    isolation: pyproject's ``[build-system] requires``, then what the backend's own PEP 660
+    hook ``get_requires_for_build_editable`` asks for (setuptools before 70.1 asks for
+    ``wheel``: its ``bdist_wheel`` came from there, setuptools changelog v70.1.0). Empty: it
+    can."""
+    missing, outside = unmet([Requirement(r) for r in build_system()["requires"]], have)
+    if missing or outside:
+        return [f"{r} (not installed)" for r in missing] + outside
+    hook = (f"import json, {build_system()['build-backend']} as backend; "
+            "print(json.dumps(backend.get_requires_for_build_editable()))")
+    proc = subprocess.run([sys.executable, "-c", hook], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return [f"the build backend's get_requires_for_build_editable failed: {proc.stderr.strip()[-400:]}"]
+    asked = [Requirement(r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
+    missing, outside = unmet(asked, have)
+    return [f"{r} (not installed; {build_system()['build-backend']} asks for it)" for r in missing] + outside
+
+
+def install_suite(have: dict[str, str]) -> None:
+    """``pip install --no-deps -e REPO``: without build isolation where the environment can
+    build the suite itself (nothing fetched), else isolated (pip fetches the backend)."""
+    lacking = backend_needs(have)
+    isolation = [] if lacking else ["--no-build-isolation"]
+    proc = subprocess.run([*PIP, "install", "--quiet", "--no-deps", *isolation, "-e", str(REPO)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        backend = ("the environment's own build backend" if isolation else
+                   f"an isolated build, for which pip fetches {', '.join(build_system()['requires'])} from the "
+                   f"index, as this environment lacks {'; '.join(lacking)}: install that, or give pip an index")
+        raise InstallError(f"installing the suite itself (editable, {backend}) failed. pip says:\n"
+                           f"{pip_reason(proc.stdout + proc.stderr)}")
 
 
 def suite_requirements() -> list[Requirement]:
@@ -76,12 +130,54 @@ def pip_reason(output: str) -> str:
     return "\n".join(errors[-6:]) or "\n".join(lines[-6:])
 
 
+NO_INDEX_SIGNS = ("(from versions: none)", "No matching distribution found")
+
+
 def install_pinned(wanted: list[Requirement], pins: str, mode: str, failing: str) -> bool:
-    """``pip install MODE -c PINS WANTED``; False, with pip's own reason, where it fails."""
+    """``pip install MODE -c PINS WANTED``; False, with pip's own reason, where it fails. pip
+    finding no version at all of a dependency means no index answered (a host without
+    network, ``PIP_NO_INDEX``, an unreachable index): said so, with what to do."""
     proc = subprocess.run([*PIP, "install", mode, "-c", pins, *map(str, wanted)], capture_output=True, text=True)
     if proc.returncode != 0:
-        print(f"install-trn2: {failing}. pip says:\n{pip_reason(proc.stdout + proc.stderr)}", file=sys.stderr)
+        output = proc.stdout + proc.stderr
+        if any(sign in output for sign in NO_INDEX_SIGNS):
+            failing = (f"pip found no version at all of {', '.join(str(r) for r in wanted)}: no package index "
+                       "answered (a host without network, PIP_NO_INDEX, or an unreachable index); give pip an "
+                       "index, or a folder of their wheels (PIP_FIND_LINKS=DIR); nothing was changed")
+        print(f"install-trn2: {failing}. pip says:\n{pip_reason(output)}", file=sys.stderr)
     return proc.returncode == 0
+
+
+def would_break(wanted: list[Requirement], pins: str) -> list[str]:
+    """The installed distributions' requirements that installing ``wanted`` would break, each
+    as a sentence: pip's resolver does not weigh what is already installed (it warns after
+    the install), so the dry run's report (``pip install --dry-run --report``, pip >= 22.2)
+    is read against every installed distribution's ``Requires-Dist`` (markers evaluated, extras
+    off) before anything is written."""
+    from importlib import metadata
+
+    with tempfile.TemporaryDirectory(prefix="install-trn2-") as folder:
+        report = Path(folder) / "report.json"
+        proc = subprocess.run([*PIP, "install", "--dry-run", "--quiet", "--report", str(report), "-c", pins,
+                               *map(str, wanted)], capture_output=True, text=True)
+        if proc.returncode != 0 or not report.is_file():
+            raise InstallError(f"pip's dry-run report failed. pip says:\n{pip_reason(proc.stdout + proc.stderr)}")
+        adds = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+                for i in json.loads(report.read_text()).get("install", [])}
+    broken = []
+    for dist in metadata.distributions():
+        for line in dist.requires or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:  # pip check names a distribution whose metadata it cannot read
+                continue
+            version = adds.get(canonicalize_name(req.name))
+            if version is None or (req.marker and not req.marker.evaluate({"extra": ""})):
+                continue
+            if not req.specifier.contains(Version(version), prereleases=True):
+                broken.append(f"{dist.metadata['Name']} {dist.version} requires {req}; the install would add "
+                              f"{req.name} {version}")
+    return sorted(set(broken))
 
 
 def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
@@ -93,6 +189,14 @@ def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
+    try:
+        return install()
+    except InstallError as exc:
+        print(f"install-trn2: {exc}", file=sys.stderr)
+        return 1
+
+
+def install() -> int:
     before = installed()
     missing_stack = [p for p in ("torch", "torch-neuronx", "torchtitan", "transformers") if p not in before]
     if missing_stack:
@@ -106,6 +210,8 @@ def main() -> int:
               "moves one (nothing was changed):\n  " + "\n  ".join(outside), file=sys.stderr)
         return 1
     problems_before = pip_check()
+    for problem in sorted(problems_before):
+        print(f"install-trn2: pip check: there before the install, not the suite's: {problem}")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="installed-pins-", delete=False) as f:
         f.write("".join(f"{name}=={version}\n" for name, version in sorted(before.items()) if name != SUITE))
     pins = f.name
@@ -115,7 +221,10 @@ def main() -> int:
         if not install_pinned(wanted, pins, "--dry-run", failing="the missing dependencies do not install "
                               "without changing what the environment has; nothing was changed"):
             return 1
-    subprocess.run([*PIP, "install", "--quiet", "--no-deps", "-e", str(REPO)], check=True)
+        if broken := would_break(wanted, pins):
+            raise InstallError("the missing dependencies would break what the environment has (nothing was "
+                               "changed):\n  " + "\n  ".join(broken))
+    install_suite(before)
     if wanted and not install_pinned(wanted, pins, "--quiet", failing="installing the missing dependencies "
                                      "failed after the dry run passed"):
         return 1

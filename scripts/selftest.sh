@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Set up the venvs (if needed) and run the suite's own tests:
-#   1. meta_tests/ (two xdist workers, one test file each at a time), then the cpu tier on
+#   1. meta_tests/ (two xdist workers, one test file each at a time; among them the trn2
+#      install on Python 3.12, online then offline, meta_tests/test_install_trn2.py, about
+#      45 s, and a native and an hf_backend launch on the rehearsal host pod-with-neighbour,
+#      meta_tests/test_rehearsal_hosts.py, about 60 s), then the cpu tier on
 #      the reference stack (torchtitan 0.3.0, .venv) alone on the machine;
 #   2. the cpu tier on the fork's-vintage stack (torchtitan main at 5059f32c5,
 #      .venv-titan-5059f32): every contract its expectations file names, the override and
