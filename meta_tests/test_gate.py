@@ -60,21 +60,17 @@ def test_gate_fails_on_version_drift(baseline):
     assert "version drift: transformers" in result.text()
 
 
-def test_gate_fails_on_newly_failing_contract(baseline):
+@pytest.mark.parametrize(("outcome", "listed", "title"), [("failed", "newly_failing", "newly failing"),
+                                                      ("skipped", "newly_skipped", "skipped where the baseline ran it")])
+def test_gate_fails_on_a_contract_the_baseline_passed_that_now_fails_or_skips(baseline, outcome, listed, title):
+    """A contract that passed in the baseline and now fails, or is skipped (never a silent
+    green), fails the gate, listed under its own title with its node id."""
     run = copy.deepcopy(baseline)
     victim = _first(run, "passed")
-    victim["outcome"] = "failed"
+    victim["outcome"] = outcome
     result = gate.compare(baseline, run)
-    assert not result.ok and result.newly_failing == [victim["nodeid"]]
-    assert f"newly failing: {victim['nodeid']}" in result.text()
-
-
-def test_gate_fails_on_skip_where_baseline_ran(baseline):
-    run = copy.deepcopy(baseline)
-    victim = _first(run, "passed")
-    victim["outcome"] = "skipped"
-    result = gate.compare(baseline, run)
-    assert not result.ok and result.newly_skipped == [victim["nodeid"]]
+    assert not result.ok and getattr(result, listed) == [victim["nodeid"]]
+    assert title in result.text() and victim["nodeid"] in result.text()
 
 
 def test_gate_fails_on_missing_contract_and_incomplete_report(baseline):

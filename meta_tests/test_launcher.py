@@ -166,14 +166,9 @@ def test_slurm_script_runs_one_agent_per_node():
     assert "-m torchtitan.train --module m --config c" in script
 
 
-def test_slurm_script_under_standin_srun(tmp_path):
-    """The Slurm script, run with stand-ins for ``scontrol`` (the node list is this host) and
-    ``srun`` (one copy of the command per node, here, at once): two torchrun agents meet
-    at the rendezvous and both ranks run."""
-    import os
-    import stat
-    import subprocess
-
+def _standin_slurm_tools(tmp_path: Path) -> Path:
+    """A folder with stand-ins for ``scontrol`` (the node list is this host) and ``srun`` (one
+    copy of the command per node, here, at once, each writing node<i>.log)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text("#!/bin/sh\necho localhost\n")
@@ -183,6 +178,18 @@ def test_slurm_script_under_standin_srun(tmp_path):
         "for i in $(seq 1 $n); do \"$@\" > node$i.log 2>&1 & done\nwait\n")
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)
+    return bin_dir
+
+
+def test_slurm_script_under_standin_srun(tmp_path):
+    """The Slurm script, run with stand-ins for ``scontrol`` (the node list is this host) and
+    ``srun`` (one copy of the command per node, here, at once): two torchrun agents meet
+    at the rendezvous and both ranks run."""
+    import os
+    import stat
+    import subprocess
+
+    bin_dir = _standin_slurm_tools(tmp_path)
     script = tmp_path / "job.sh"
     script.write_text(plan.slurm_script(2, 1, [str(PROGRAMS / "ok.py")], port=launcher.free_port()))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -219,15 +226,7 @@ def test_slurm_script_trn2_ranks_get_their_cores_under_standin_srun(tmp_path):
     import stat
     import subprocess
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text("#!/bin/sh\necho localhost\n")
-    (bin_dir / "srun").write_text(
-        "#!/usr/bin/env bash\n"
-        "n=1; while [[ $1 == --* ]]; do [[ $1 == --nodes=* ]] && n=${1#--nodes=}; shift; done\n"
-        "for i in $(seq 1 $n); do \"$@\" > node$i.log 2>&1 & done\nwait\n")
-    for tool in ("scontrol", "srun"):
-        (bin_dir / tool).chmod(0o755)
+    bin_dir = _standin_slurm_tools(tmp_path)
     program = tmp_path / "cores.py"
     program.write_text(  # every rank writes a file: torchrun shows only local rank 0 (--local-ranks-filter 0)
         "import os, pathlib\npathlib.Path(os.environ['RANK_OUT'], os.environ['RANK']).write_text("
