@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from fixtures.launch import kernel_worker
 from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507, TINY
+from fixtures.repo import REPO_ROOT as REPO
 from fixtures.runs import memory_plan, model_size, session_plan
 from fixtures.runs.catalogue import CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_NO_AC
 from fixtures.tiers import topology
@@ -21,7 +21,6 @@ from fixtures.tiers.tier_profile import on_paper, trn2_profile
 
 pytestmark = pytest.mark.meta
 
-REPO = Path(__file__).resolve().parent.parent
 QWEN3_4B_DIR = REPO / "meta_tests" / "models" / "Qwen3-4B-Instruct-2507"
 GIB = 2**30
 POD_CORES = [16, 17]  # neuron_standins/hosts/eks-pod-two-cores.json
