@@ -86,7 +86,7 @@ def test_qwen3_4b_on_two_cores_is_refused_with_the_figures(tmp_path):
     planned = memory_plan.memory_plan(DENSE_NATIVE, tier, QWEN3_4B_INSTRUCT_2507)
     assert round(planned.state / 1e9, 1) == 32.2 and not planned.fits
     with pytest.raises(memory_plan.DoesNotFit) as refused:
-        session_plan.check_memory(DENSE_NATIVE, tier)
+        memory_plan.check_memory(DENSE_NATIVE, tier)
     message = str(refused.value)
     for part in ("dense_native steps=10 was not launched", "16 bytes x 4.022 B parameters = 64.36 GB",
                  "over its 2 ranks is 29.97 GiB a rank, above the 24 GiB of one logical NeuronCore",
@@ -139,7 +139,7 @@ def test_the_rehearsal_core_is_planned_for_the_model_it_runs(tmp_path, monkeypat
         tier = session_plan.with_rehearsal_memory(trn2_profile("trn2.48xlarge", 2, folder, rehearsal=True, seq_len=256,
                                                                cores=cores))
         planned = session_plan.plan(CATALOGUE, tier)
-        peak = max(memory_plan.memory_plan(CATALOGUE.launch_of(e.build(tier), tier), tier, session_plan.model_config(tier)).total
+        peak = max(memory_plan.memory_plan(CATALOGUE.launch_of(e.build(tier), tier), tier, memory_plan.model_config(tier)).total
                    for e in CATALOGUE.entries(tier) if e.trains)
         assert tier.device_memory_bytes == int(2 * peak) == int(dict(tier.rank_env)[REHEARSAL_MEMORY_ENV])
         assert dict(tier.kernel_env)[REHEARSAL_MEMORY_ENV] == str(24 * GIB)
