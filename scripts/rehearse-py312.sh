@@ -17,7 +17,12 @@ host=${1:-eks-pod-two-cores}
 [ $# -gt 0 ] && shift
 venv=$(bash scripts/setup-venv.sh rehearsal-py312) || {
   echo "rehearse-py312: building the Python 3.12 rehearsal venv failed (above)" >&2; exit 1; }
-launches=.cache/conformance/runs/launches.jsonl
+cache=.cache/conformance  # the session's run cache (--conformance-cache, if given, wins as in pytest)
+prev=""; for arg in "$@"; do
+  case "$arg" in --conformance-cache=*) cache=${arg#*=} ;; esac
+  if [ "$prev" = --conformance-cache ]; then cache=$arg; fi; prev=$arg
+done
+launches=$cache/runs/launches.jsonl
 before=$(cat "$launches" 2>/dev/null | wc -l)
 export VIRTUAL_ENV="$PWD/$venv" PATH="$PWD/$venv/bin:$PATH"
 echo "rehearse-py312: $("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])') in $venv, host $host" >&2
