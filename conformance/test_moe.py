@@ -331,6 +331,7 @@ def _router_calls(io: dict) -> dict:
     return calls
 
 
+@pytest.mark.slow  # launches the MoE run (titan_runs.get)
 def test_gate_weights_ignore_the_load_balancing_bias(tier, titan_runs, record_property):
     """On every rank and MoE layer, for each router call recorded inside the run (its input,
     gate weight and bias as the forward used them): the experts chosen are the top 4 of
@@ -398,6 +399,7 @@ def _tree_name(name: str) -> str:
     return ".".join(part for part in name.split(".") if not part.startswith("_"))
 
 
+@pytest.mark.slow  # launches the MoE run (titan_runs.get)
 def test_router_gates_learn_in_the_run(tier, titan_runs, record_property):
     """Inside the MoE run, every router gate is trained: from its weights at the first forward
     (recorded by the router's hook) to the final state, at least half of its elements moved by
@@ -433,6 +435,7 @@ def test_router_gates_learn_in_the_run(tier, titan_runs, record_property):
 VALIDATION_LOSS = "validation_metrics/loss"  # torchtitan's log_validation metric
 
 
+@pytest.mark.slow  # launches the MoE run (titan_runs.get)
 def test_validation_leaves_moe_training_unchanged(tier, titan_runs, record_property):
     """The MoE run validated after every step (torchtitan's validator: one batch of the training
     data, forward only, in eval mode) trains exactly as the same run without validation: the
@@ -460,6 +463,7 @@ def test_validation_leaves_moe_training_unchanged(tier, titan_runs, record_prope
                      detail=f"the run without validation: {plain.run_dir}")
 
 
+@pytest.mark.slow  # launches the MoE run (titan_runs.get)
 def test_expert_bias_moves_and_agrees_across_ranks(titan_runs):
     """After every optimizer step, every MoE layer's load-balancing bias is identical on all
     ranks (it is computed from the token counts of all ranks, so one rank's drift would route
@@ -559,6 +563,7 @@ def _qwen3_moe_config(tensors: dict, top_k: int):
         decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings="lm_head.weight" not in tensors)
 
 
+@pytest.mark.slow  # launches the MoE run (titan_runs.get)
 def test_moe_export_has_every_expert_under_its_global_id(titan_runs, tmp_path):
     """The HF export of the multi-rank MoE run (experts sharded over the ranks by FSDP) has,
     in every layer, exactly one gate, up and down projection for each of the 64 expert ids

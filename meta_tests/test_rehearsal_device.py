@@ -187,7 +187,8 @@ def test_the_standins_are_in_no_other_environment():
 
     repo = Path(__file__).resolve().parent.parent
     pythons = [Path(sys.executable)] + [p for p in (repo / ".venv" / "bin" / "python",
-                                                    repo / ".venv-titan-5059f32" / "bin" / "python") if p.exists()]
+                                                    repo / ".venv-titan-5059f32" / "bin" / "python",
+                                                    repo / ".venv-py312" / "bin" / "python") if p.exists()]
     code = ("import json, torch; from importlib import metadata\n"
             "def v(d):\n    try: return metadata.version(d)\n    except metadata.PackageNotFoundError: return None\n"
             f"print(json.dumps({{'dists': [v(d) for d in {list(rehearsal.STANDIN_DISTRIBUTIONS)!r}], "

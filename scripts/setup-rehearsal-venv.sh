@@ -6,11 +6,16 @@
 # compiled here against this torch), neuronx-cc (nkilib's kernel and the NKI launch checks),
 # torchtitan-neuron, aws-neuronx-tools (neuron-ls). No other environment ever gets them
 # (meta_tests/test_rehearsal_env.py). Idempotent; prints the venv's path on stdout.
+# With the argument py312: the same on the reference stack built from nothing on CPython 3.12
+# (.venv-py312, the TorchNeuron beta's Python), as .venv-rehearsal-py312.
 set -euo pipefail
 exec 3>&1 1>&2
 cd "$(dirname "$0")/.."
-base=$(bash scripts/setup-venv.sh titan-0.3.0)
-venv=.venv-rehearsal
+case "${1:-}" in
+  "")    base=$(bash scripts/setup-venv.sh titan-0.3.0);       venv=.venv-rehearsal ;;
+  py312) base=$(bash scripts/setup-venv.sh titan-0.3.0-py312); venv=.venv-rehearsal-py312 ;;
+  *) echo "setup-rehearsal-venv: unknown argument '$1' (none, or py312)" >&2; exit 2 ;;
+esac
 standins=(neuron_standins/neuronx-cc neuron_standins/torch-neuronx neuron_standins/torchtitan-neuron
           neuron_standins/aws-neuronx-tools)
 sources=$(find "${standins[@]}" -type f \( -name '*.py' -o -name '*.cpp' -o -name '*.toml' \) \

@@ -15,6 +15,10 @@
 #                                        as distributions (torch-neuronx, neuronx-cc, torchtitan-neuron,
 #                                        aws-neuronx-tools, all +rehearsal); torch_neuronx's C++
 #                                        extension is compiled here (about a minute)
+#   titan-0.3.0-py312  .venv-py312       the reference stack built from nothing on CPython 3.12 (the
+#                                        TorchNeuron beta's Python): the same pins and constraints
+#   rehearsal-py312    .venv-rehearsal-py312  the rehearsal's environment on that 3.12 venv
+# The 3.12 stacks use CONFORMANCE_PYTHON312, else the newest ~/.pyenv/versions/3.12.*, else python3.12.
 # Both cpu stacks also get the kernel vendor's pure-torch RoPE reference (nki-library at d2ad3a5).
 #
 # The two packages no reachable index serves at the needed commit come from a wheelhouse
@@ -26,7 +30,16 @@ set -euo pipefail
 exec 3>&1 1>&2
 cd "$(dirname "$0")/.."
 STACK=${1:-titan-0.3.0}
-PYTHON=${PYTHON:-python3}
+case "$STACK" in
+  *-py312)
+    py312=${CONFORMANCE_PYTHON312:-$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python3.12 2>/dev/null \
+                                     | sort -V | tail -1)}
+    PYTHON=${py312:-python3.12}
+    "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 12) else "found Python " + sys.version.split()[0])' || {
+      echo "setup-venv: stack $STACK needs CPython 3.12 (CONFORMANCE_PYTHON312, ~/.pyenv/versions/3.12.*, python3.12): $PYTHON" >&2
+      exit 2; } ;;
+  *) PYTHON=${PYTHON:-python3} ;;
+esac
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed, found " + sys.version.split()[0])'
 
 case "$STACK" in
@@ -37,10 +50,13 @@ TITAN_GIT="torchtitan @ git+https://github.com/pytorch/torchtitan@$TITAN_COMMIT"
 NKILIB_GIT="nki-library @ git+https://github.com/aws-neuron/nki-library@d2ad3a5"
 case "$STACK" in
   titan-0.3.0)   venv=.venv;               constraints=requirements/cpu-constraints.txt ;;
+  titan-0.3.0-py312) venv=.venv-py312;     constraints=requirements/cpu-constraints.txt ;;
   titan-5059f32) venv=.venv-titan-5059f32; constraints=requirements/cpu-titan-5059f32-constraints.txt ;;
   titan-b5bcd76) venv=.venv-titan-b5bcd76; constraints=requirements/cpu-titan-b5bcd76-constraints.txt ;;
   rehearsal)     exec 1>&3 3>&-; exec bash scripts/setup-rehearsal-venv.sh ;;
-  *) echo "setup-venv: unknown stack '$STACK' (titan-0.3.0, titan-5059f32, titan-b5bcd76 or rehearsal)" >&2; exit 2 ;;
+  rehearsal-py312) exec 1>&3 3>&-; exec bash scripts/setup-rehearsal-venv.sh py312 ;;
+  *) echo "setup-venv: unknown stack '$STACK' (titan-0.3.0, titan-5059f32, titan-b5bcd76, rehearsal," \
+          "titan-0.3.0-py312 or rehearsal-py312)" >&2; exit 2 ;;
 esac
 
 wheelhouse=${CONFORMANCE_WHEELHOUSE:-}
@@ -90,7 +106,7 @@ mapfile -t stack_pins < <("$PYTHON" -m fixtures.tiers.pins --only torch transfor
 # (and the nvidia wheels) from local disk. The constraints pin every transitive package.
 "${pip[@]}" -c "$constraints" "${stack_pins[0]}" nvidia-nvjitlink cuda-pathfinder
 case "$STACK" in
-  titan-0.3.0)   "${pip[@]}" -c "$constraints" -e ".[cpu]" ;;
+  titan-0.3.0|titan-0.3.0-py312) "${pip[@]}" -c "$constraints" -e ".[cpu]" ;;
   # torchtitan's own dependencies resolve under the constraints (spmd_types 0.2.1 there).
   titan-5059f32|titan-b5bcd76)
                  "${pip[@]}" -c "$constraints" -e . "${stack_pins[@]}" "$titan_src" ;;
