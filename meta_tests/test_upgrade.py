@@ -186,8 +186,12 @@ def test_clone_shares_files_and_rewrites_scripts(tmp_path):
 
 
 def test_stacks_table_is_the_setup_scripts():
-    assert set(STACKS) == {"titan-0.3.0", "titan-5059f32", "titan-b5bcd76"}
+    """The upgrade tool's stacks are setup-venv.sh's table: the three torchtitan stacks, and the
+    reference stack built on CPython 3.12 (its own venv, the reference stack's pins)."""
+    assert set(STACKS) == {"titan-0.3.0", "titan-5059f32", "titan-b5bcd76", "titan-0.3.0-py312"}
     assert STACKS["titan-0.3.0"].venv == REPO / ".venv"
+    assert STACKS["titan-0.3.0-py312"].venv == REPO / ".venv-py312"
+    assert STACKS["titan-0.3.0-py312"].constraints == STACKS["titan-0.3.0"].constraints
     assert all(s.constraints.exists() for s in STACKS.values())
 
 
