@@ -572,6 +572,34 @@ def test_each_verdict_sentence_word_for_word():
                                  "this machine with the trusted stack too (this machine's, not the candidate's)")
 
 
+def test_the_check_composes_its_verdict_from_the_contracts_performance_and_selection():
+    """The upgrade result derives its verdict from its parts whenever asked (never by editing
+    text): contracts passing with performance failing reads "FAIL (performance X): <the
+    contracts' words>", both failing appends "; performance X", a partial selection is named
+    and never promoted, and a performance verdict added after the comparison changes the
+    outcome and the words of upgrade.json together."""
+    from upgrades.result import UpgradeResult
+    from upgrades.verdict import Outcome
+
+    base = _report({"a": "passed", "b": "xfailed"})
+    keeps = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}), CHANGES)
+    breaks = upgrade_compare.compare(base, _report({"a": "failed", "b": "xfailed"}), CHANGES)
+    result = UpgradeResult(keeps, selection=["conformance", "-m", "cpu"], candidates=[], partial=False)
+    assert result.passed and result.to_json()["verdict"] == keeps["verdict"] and result.to_json()["outcome"] == "PASS"
+    result.performance = {"verdict": "SLOWER", "passed": False}
+    written = result.to_json()
+    assert written["verdict"] == ("FAIL (performance SLOWER): the candidate keeps every contract of the baseline, "
+                                  "1 known deviation(s) still holding")
+    assert not written["passed"] and written["outcome"] == Outcome.FAIL and "promote" not in written
+    result.performance = {"verdict": "SLOWER", "passed": True, "accepted": True}  # --accept-performance
+    assert result.passed
+    both = UpgradeResult(breaks, selection=["conformance/test_x.py"], candidates=[], partial=True,
+                         performance={"verdict": "LARGER+INCONCLUSIVE", "passed": False})
+    assert both.to_json()["verdict"] == (breaks["verdict"] + "; performance LARGER+INCONCLUSIVE (on the selection "
+                                         "`pytest conformance/test_x.py`; not a promotion)")
+    assert breaks["verdict"].startswith("FAIL: 1 newly failing") and not both.passed
+
+
 # Added after mutation testing (round 2, benchmarks/mutation.md): each kills mutants the tests above let survive.
 
 

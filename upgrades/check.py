@@ -30,13 +30,14 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fixtures.oracles.performance import CPU_PERF, TRN2_PERF
 from fixtures.tiers import pins
 from fixtures.tiers.tier_name import Tier
 from upgrades import bisect_commits, candidate_env, candidates, compare, matrix, perf_compare
+from upgrades.result import UpgradeResult
 from upgrades.stacks import DEFAULT_STACK, REPO, STACKS, Stack
 
 DEFAULT_SELECTION = ["conformance", "-m", "cpu"]
@@ -250,7 +251,7 @@ def performance_check(args, trusted_python: Path, env, out: Path, candidate_extr
     policy = TRN2_PERF if args.tier == Tier.TRN2 else CPU_PERF
     if args.performance_launches <= 0:
         # asking for no launches is the user's explicit acceptance of a page without figures
-        return {"verdict": "NOT MEASURED", "passed": True, "accepted": True,
+        return {"verdict": str(perf_compare.Finding.NOT_MEASURED), "passed": True, "accepted": True,
                 "lines": ["## Performance: NOT MEASURED (accepted: the user asked for `--performance-launches 0`)",
                           "", "Step time and memory were not compared; this page says nothing about them.", ""]}
     rehearsal = [a for a in selection if a == "--neuron-dress-rehearsal"]
@@ -332,10 +333,24 @@ def _trusted_stack(args, selection: list[str]) -> tuple[Stack | None, list[str]]
     return stack, (["conformance", "-m", "trn2"] if selection == DEFAULT_SELECTION else selection)
 
 
-def _baseline(args, stack: Stack, env, out: Path, selection: list[str]):
-    """(baseline report, its path, the candidate session's extra pytest options, today's
-    trusted report or None): on trn2 the trusted session run here (or --baseline-report), on
-    cpu the committed baseline plus the trusted stack's artifacts and the candidate's pins."""
+@dataclass(frozen=True)
+class BaselineChoice:
+    """What the candidate is compared with, and how its session is told so."""
+
+    report: dict  # the baseline report
+    path: Path
+    inherit: list[str]  # --inherit-expectations STACK: the trusted stack's expectations
+    extra: list[str]  # every further option of the candidate's session (artifacts, constraints)
+    today: dict | None  # today's trusted report, where one was run
+
+    @property
+    def candidate_options(self) -> list[str]:
+        return [*self.inherit, *self.extra]
+
+
+def _baseline(args, stack: Stack, env, out: Path, selection: list[str]) -> BaselineChoice:
+    """On trn2 the trusted session run here (or --baseline-report), on cpu the committed
+    baseline plus the trusted stack's artifacts and the candidate's pins."""
     trusted = candidate_env.CandidateEnv(stack=stack.name, pins=[], root=stack.venv.parent, venv=stack.venv)
     if args.tier == Tier.TRN2:
         if args.baseline_report is not None:
@@ -344,9 +359,9 @@ def _baseline(args, stack: Stack, env, out: Path, selection: list[str]):
         else:
             baseline = run_suite(trusted, out / "trusted-suite", selection)
             path = out / "trusted-suite" / "report.json"
-        return baseline, path, ["--inherit-expectations", baseline["stack_id"]["trn2"]], None
+        return BaselineChoice(baseline, path, ["--inherit-expectations", baseline["stack_id"]["trn2"]], [], None)
     path = baseline_of(stack)
-    extra = ["--inherit-expectations", trusted_stack_id(stack), *trusted_artifacts(stack, out)]
+    extra = trusted_artifacts(stack, out)
     today_report = out / "trusted" / "report.json"
     if args.trusted_today:
         run_suite(trusted, out / "trusted-today", selection)
@@ -354,7 +369,8 @@ def _baseline(args, stack: Stack, env, out: Path, selection: list[str]):
     if env.constraints is not None:  # the pins move with the candidate
         extra += ["--stack-constraints", str(env.constraints)]
     today = json.loads(today_report.read_text()) if today_report.is_file() else None
-    return json.loads(path.read_text()), path, extra, today
+    return BaselineChoice(json.loads(path.read_text()), path, ["--inherit-expectations", trusted_stack_id(stack)],
+                          extra, today)
 
 
 def trusted_here(args, stack: Stack, baseline: dict, candidate: dict, result: dict, out: Path,
@@ -386,63 +402,42 @@ def trusted_here(args, stack: Stack, baseline: dict, candidate: dict, result: di
             "session": f"{today.get('session')} + {here.get('session')}"}
 
 
-def _place_paths(result: dict, baseline_path: Path, out: Path) -> None:
+def _place_paths(comparison: dict, baseline_path: Path, out: Path) -> None:
     """Bundle and baseline paths relative to the page's folder (or the repository)."""
-    for entry in result["contracts"] + result["groups"]:
+    for entry in comparison["contracts"] + comparison["groups"]:
         if entry.get("repro_bundle"):
             entry["repro_bundle"] = f"candidate/{entry['repro_bundle']}"
-    result["baseline"] = (str(baseline_path.relative_to(REPO)) if baseline_path.is_relative_to(REPO)
-                          else baseline_path.name)
+    comparison["baseline"] = (str(baseline_path.relative_to(REPO)) if baseline_path.is_relative_to(REPO)
+                              else baseline_path.name)
     if baseline_path.is_relative_to(out):
-        result["baseline"] = str(baseline_path.relative_to(out))
-    result["candidate_report"] = "candidate"
+        comparison["baseline"] = str(baseline_path.relative_to(out))
+    comparison["candidate_report"] = "candidate"
 
 
-def _with_performance(result: dict, performance: dict) -> None:
-    result["performance"] = performance
-    if not performance["passed"]:
-        result["passed"] = False
-        if result["verdict"].startswith("PASS"):
-            result["verdict"] = f"FAIL (performance {performance['verdict']})" + result["verdict"].removeprefix("PASS")
-        else:
-            result["verdict"] += f"; performance {performance['verdict']}"
-
-
-def _bisect_changed(args, stack, cands, baseline, candidate, result, out, options, inherit) -> dict | None:
-    changed = [c["nodeid"] for c in result["contracts"] if c["category"] not in ("unchanged", "new", "missing")]
-    if not args.bisect:
-        return None
+def _bisect_changed(args, stack, cands, baseline, candidate, comparison, out, options, inherit) -> dict | None:
+    """Which single package flips each contract whose outcome changed (``--bisect``)."""
+    changed = [c["nodeid"] for c in comparison["contracts"] if c["category"] not in ("unchanged", "new", "missing")]
     if len(cands) < 2:
         say("upgrade: --bisect needs more than one candidate package; nothing to bisect")
-        found = None
-    elif not changed:
-        say("upgrade: no contract changed outcome; nothing to bisect")
-        found = {"environments_built": 0, "environments_reused": 0, "attribution": {}}
-    else:
-        found = bisect(stack, cands, changed, {c["nodeid"]: c["outcome"] for c in baseline["contracts"]},
-                       {c["nodeid"]: c["outcome"] for c in candidate["contracts"]}, out, options, inherit)
-    result["bisect"] = found
-    return found
-
-
-def _promotion(result: dict, selection: list[str], stack: Stack, env, cands) -> list[str] | None:
-    """The commands that promote a PASS (none on a selection, or for a stack without pins)."""
-    if selection != DEFAULT_SELECTION:
-        result["verdict"] += f" (on the selection `pytest {' '.join(selection)}`; not a promotion)"
         return None
-    if not result["passed"] or stack.constraints is None:
+    if not changed:
+        say("upgrade: no contract changed outcome; nothing to bisect")
+        return {"environments_built": 0, "environments_reused": 0, "attribution": {}}
+    return bisect(stack, cands, changed, {c["nodeid"]: c["outcome"] for c in baseline["contracts"]},
+                  {c["nodeid"]: c["outcome"] for c in candidate["contracts"]}, out, options, inherit)
+
+
+def _promotion(result: UpgradeResult, stack: Stack, env, cands) -> list[str] | None:
+    """The commands that promote a PASS (none on a selection, or for a stack without pins)."""
+    if result.partial or not result.passed or stack.constraints is None:
         return None
     if any(c.kind != "index" for c in cands):
-        promote = new_stack_steps(cands, env.constraints, stack)
-    else:
-        promote = [f"cp {env.constraints.relative_to(REPO)} {stack.constraints.relative_to(REPO)}",
-                   *pin_moves(env.changes),
-                   f"bash scripts/setup-venv.sh {stack.name}",
-                   f"CONFORMANCE_STACK={stack.name} bash scripts/conformance.sh   # gate FAILS on the drift: expected",
-                   "python -m reports.baseline reports/out/cpu" + ("" if stack.name == DEFAULT_STACK else f"-{stack.name}")]
-    result["promote"] = promote
-    result["constraints"] = str(env.constraints.relative_to(REPO))
-    return promote
+        return new_stack_steps(cands, env.constraints, stack)
+    return [f"cp {env.constraints.relative_to(REPO)} {stack.constraints.relative_to(REPO)}",
+            *pin_moves(env.changes),
+            f"bash scripts/setup-venv.sh {stack.name}",
+            f"CONFORMANCE_STACK={stack.name} bash scripts/conformance.sh   # gate FAILS on the drift: expected",
+            "python -m reports.baseline reports/out/cpu" + ("" if stack.name == DEFAULT_STACK else f"-{stack.name}")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,29 +466,38 @@ def main(argv: list[str] | None = None) -> int:
         say(f"upgrade: {exc}")
         (out / "upgrade.md").write_text(f"# {title}\n\n**Verdict: NOT BUILT**\n\n```\n{exc}\n```\n")
         return 2
-    baseline, baseline_path, extra, today = _baseline(args, stack, env, out, selection)
-    candidate = run_suite(env, out / "candidate", selection + extra)
+    chosen = _baseline(args, stack, env, out, selection)
+    baseline, today = chosen.report, chosen.today
+    candidate = run_suite(env, out / "candidate", selection + chosen.candidate_options)
     if selection not in (DEFAULT_SELECTION, ["conformance", "-m", "trn2"]) or args.tier == Tier.TRN2:
         ran = {c["nodeid"] for c in candidate["contracts"]}  # compare only what both ran
         baseline = {**baseline, "contracts": [c for c in baseline["contracts"] if c["nodeid"] in ran]}
-    result = compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
-    here = trusted_here(args, stack, baseline, candidate, result, out, today)
+    comparison = compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
+    here = trusted_here(args, stack, baseline, candidate, comparison, out, today)
     if here is not None:  # asked the trusted stack on this machine: judge again with its answers
         today = here
-        result = compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
-    _place_paths(result, baseline_path, out)
-    result.update(selection=selection, candidates=[c.to_json() for c in cands])
-    _with_performance(result, performance_check(args, stack.venv / "bin" / "python", env, out, extra, selection))
-    bisect_result = _bisect_changed(args, stack, cands, baseline, candidate, result, out, options, extra[:2])
-    promote = _promotion(result, selection, stack, env, cands)
-    (out / "upgrade.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / "upgrade.md").write_text(compare.render(result, title=title, promote=promote,
-                                                            bisect=bisect_result))
+        comparison = compare.compare(baseline, candidate, [asdict(c) for c in env.changes], today=today)
+    _place_paths(comparison, chosen.path, out)
+    result = UpgradeResult(comparison, selection=selection, candidates=[c.to_json() for c in cands],
+                           partial=selection != DEFAULT_SELECTION)
+    result.performance = performance_check(args, stack.venv / "bin" / "python", env, out, chosen.candidate_options,
+                                           selection)
+    if args.bisect:
+        result.bisected = True
+        result.bisect = _bisect_changed(args, stack, cands, baseline, candidate, comparison, out, options,
+                                        chosen.inherit)
+    result.promote = _promotion(result, stack, env, cands)
+    if result.promote is not None:
+        result.constraints = str(env.constraints.relative_to(REPO))
+    written = result.to_json()
+    (out / "upgrade.json").write_text(json.dumps(written, indent=1) + "\n")
+    (out / "upgrade.md").write_text(compare.render(written, title=title, promote=result.promote,
+                                                   bisect=result.bisect))
     asked = [c for c in env.changes if c.kind == "candidate"]
-    say(f"upgrade: {result['verdict']}")
+    say(f"upgrade: {written['verdict']}")
     say(f"upgrade: wrote {out / 'upgrade.md'} and upgrade.json ({len(asked)} package(s) asked, "
         f"{len(env.changes) - len(asked)} transitive change(s))")
-    return 0 if result["passed"] else 1
+    return 0 if result.passed else 1
 
 if __name__ == "__main__":
     sys.exit(main())

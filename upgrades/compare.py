@@ -12,6 +12,7 @@ import re
 
 from fixtures.session.expectations import failed_differently
 from reports import gate
+from upgrades.verdict import ContractVerdict, Owner
 
 GOOD = {"passed", "xfailed"}
 BAD = {"failed", "error", "xpassed"}
@@ -302,11 +303,12 @@ def compare(baseline: dict, candidate: dict, changes: list[dict], pip_check: lis
     unmeasured = [c for c in xfails if c.get("not_remeasured")]
     problems = _problems(contracts, counts, pip_check, candidate)
     remeasured = mark_against_today(measured, today)
+    verdict = contract_verdict(problems, groups, counts["upstream fixed"], still,
+                               counts["fails with the trusted stack here"])
     return {
-        "verdict": _verdict(problems, groups, counts["upstream fixed"], still) + (
-            f"; {counts['fails with the trusted stack here']} contract(s) fail on this machine with the trusted "
-            "stack too (this machine's, not the candidate's)" if counts["fails with the trusted stack here"] else ""),
-        "passed": not problems,
+        "verdict": verdict.text(),
+        "contract_verdict": verdict.to_json(),
+        "passed": verdict.passed,
         "baseline_session": baseline.get("session"),
         "today_session": (today or {}).get("session"),
         "figures_remeasured_today": remeasured,
@@ -379,24 +381,17 @@ def _problems(contracts: list[dict], counts: dict, pip_check: list[str] | None, 
     return problems
 
 
-def _verdict(problems: list[str], groups: list[dict], fixed: int, still: list[dict]) -> str:
-    if problems:
-        verdict = "FAIL: " + ", ".join(problems)
-        if groups:
-            owners = {}
-            for g in groups:
-                owners.setdefault(g["owner"], []).append(g)
-            verdict += " (" + "; ".join(
-                f"{sum(len(g['contracts']) for g in gs)} in {len(gs)} cause(s) {owner}"
-                for owner, gs in sorted(owners.items())) + ")"
-        return verdict
-    if fixed:
-        return (f"PASS once {fixed} expectations line(s) are deleted: the candidate keeps every "
-                "contract and fixes known deviations")
-    verdict = "PASS: the candidate keeps every contract of the baseline"
-    if still:
-        verdict += f", {len(still)} known deviation(s) still holding"
-    return verdict
+def contract_verdict(problems: list[str], groups: list[dict], fixed: int, still: list[dict],
+                     fail_here_too: int) -> ContractVerdict:
+    """The contracts' side of the verdict, with the failures' owners in name order."""
+    owners: dict[str, list[dict]] = {}
+    for g in groups if problems else []:
+        owners.setdefault(g["owner"], []).append(g)
+    return ContractVerdict(problems=tuple(problems),
+                           owners=tuple(Owner(owner, sum(len(g["contracts"]) for g in gs), len(gs))
+                                        for owner, gs in sorted(owners.items())),
+                           fixed=0 if problems else fixed, still_holding=0 if problems or fixed else len(still),
+                           fail_here_too=fail_here_too)
 
 
 def _fmt(value) -> str:

@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import psutil
@@ -160,9 +161,21 @@ def interleaved(trusted_python: Path, candidate_python: Path, out: Path, launche
     return done
 
 
+class Finding(StrEnum):
+    """One word of a performance verdict; a verdict is PASS, NOT MEASURED, or its findings
+    joined with "+" in this order (LARGER+INCONCLUSIVE: memory flagged, step time undecided)."""
+
+    PASS = "PASS"
+    SLOWER = "SLOWER"
+    LARGER = "LARGER"
+    LEAKING = "LEAKING"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    NOT_MEASURED = "NOT MEASURED"
+
+
 @dataclass
 class Verdict:
-    verdict: str  # PASS, SLOWER, LARGER, LEAKING (joined with "+"), INCONCLUSIVE or NOT MEASURED
+    findings: tuple[Finding, ...]
     comparisons: list[performance.Comparison] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -170,18 +183,22 @@ class Verdict:
     step_judged: bool = True  # False where a busy machine or another amount of work per step leaves step time undecided
 
     @property
+    def verdict(self) -> str:
+        return "+".join(self.findings)
+
+    @property
     def passed(self) -> bool:
-        return self.verdict == "PASS" or self.accepted
+        return self.findings == (Finding.PASS,) or self.accepted
 
     @property
     def more_launches_could_decide(self) -> bool:
         """INCONCLUSIVE from noise alone: another pair of launches may narrow the interval. Not
         when step time is not judged: a busy session and another amount of work per step stay
         in the series, whatever is added to it."""
-        return self.verdict == "INCONCLUSIVE" and self.step_judged
+        return self.findings == (Finding.INCONCLUSIVE,) and self.step_judged
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "passed": self.passed, "accepted": self.accepted,
+        return {"verdict": self.verdict, "findings": list(self.findings), "passed": self.passed, "accepted": self.accepted,
                 "comparisons": [c.to_json() for c in self.comparisons], "leaks": self.leaks,
                 "problems": self.problems, "step_judged": self.step_judged}
 
@@ -225,7 +242,7 @@ def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool
     Only a regression or INCONCLUSIVE can be accepted; NOT MEASURED can too, but stays named."""
     problems = measurement_problems(launches)
     if problems:
-        return Verdict("NOT MEASURED", problems=problems, accepted=accepted)
+        return Verdict((Finding.NOT_MEASURED,), problems=problems, accepted=accepted)
     measured = {s: [l for l in launches if l.stack == s] for s in ("trusted", "candidate")}
     step = performance.compare_step_times([l.steady_times for l in measured["trusted"]],
                                           [l.steady_times for l in measured["candidate"]], policy.slower_than)
@@ -241,12 +258,12 @@ def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool
     # CPU: LARGER and LEAKING stand, with step time undecided.
     unjudged = busy_launches + ([changed] if changed else [])
     step_judged = not unjudged
-    words = [w for w, bad in (("SLOWER", step_judged and step.flagged), ("LARGER", peak.flagged),
-                              ("LEAKING", bool(leaks))) if bad]
+    words = [w for w, bad in ((Finding.SLOWER, step_judged and step.flagged), (Finding.LARGER, peak.flagged),
+                              (Finding.LEAKING, bool(leaks))) if bad]
     undecided = (not step_judged or step.inconclusive or peak.inconclusive) and not (words and step_judged)
     if undecided:
-        words.append("INCONCLUSIVE")
-    return Verdict("+".join(words) or "PASS", [step, peak], leaks, unjudged,
+        words.append(Finding.INCONCLUSIVE)
+    return Verdict(tuple(words) or (Finding.PASS,), [step, peak], leaks, unjudged,
                    accepted=bool(words) and accepted, step_judged=step_judged)
 
 
@@ -281,17 +298,17 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
             lines.append(f"| {c.figure} (median of {c.launches[0]}+{c.launches[1]} launches) | {c.trusted:.4g} | "
                          f"{c.candidate:.4g} | {c.change()} | {flag} |")
         lines.append("")
-    if verdict.verdict == "NOT MEASURED":
+    if Finding.NOT_MEASURED in verdict.findings:
         lines += ["These launches measured nothing a verdict can rest on (below): NOT MEASURED is never a "
                   "pass, and fails the check unless accepted with `--accept-performance`.", ""]
-    if verdict.verdict.endswith("INCONCLUSIVE"):
+    if Finding.INCONCLUSIVE in verdict.findings:
         lines += [f"- {inconclusive_reason(c)}" for c in verdict.comparisons if c.inconclusive]
         lines += ["", ("Rerun with more launches (`--performance-max-launches`) on a quiet machine, or accept with "
                        if verdict.more_launches_could_decide else
                        "More launches in this series cannot decide step time (below): rerun on a quiet machine if "
                        "a session was busy, or accept with ") + "`--accept-performance`.", ""]
     lines += [f"- leak: {leak}" for leak in verdict.leaks]
-    lines += [f"- {'not measured: ' if verdict.verdict == 'NOT MEASURED' else 'step time not judged, '}{p}"
+    lines += [f"- {'not measured: ' if Finding.NOT_MEASURED in verdict.findings else 'step time not judged, '}{p}"
               for p in verdict.problems]
     lines += ["", "Each session's step time (the median of its slowest rank's steady steps), in launch order:", "",
               "| session | stack | slowest rank | median step s | tokens per step | others' CPU | steal |",
