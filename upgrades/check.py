@@ -33,10 +33,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fixtures.oracles.performance import CPU_PERF, TRN2_PERF
+from fixtures.oracles.performance import CPU_PERF, TRN2_PERF, PerfPolicy
 from fixtures.tiers import pins
 from fixtures.tiers.tier_name import Tier
-from upgrades import bisect_commits, candidate_env, candidates, compare, matrix, perf_compare
+from upgrades import bisect_commits, candidate_env, candidates, compare, matrix, perf_compare, perf_history
 from upgrades.result import UpgradeResult
 from upgrades.stacks import DEFAULT_STACK, REPO, STACKS, Stack
 
@@ -199,6 +199,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "0: no performance check (the page says so)")
     parser.add_argument("--performance-max-launches", type=int, default=9, metavar="N",
                         help="an INCONCLUSIVE verdict adds one pair at a time to the same series, up to N a side")
+    parser.add_argument("--history", type=Path, default=perf_history.HISTORY, metavar="DIR",
+                        help="the stored performance history (upgrades.perf_history): the candidate is compared "
+                             "with its oldest and latest stack on this machine, and the trusted sessions are stored")
     parser.add_argument("--accept-performance", action="store_true",
                         help="a SLOWER/LARGER/LEAKING performance verdict does not fail the upgrade; the page records it")
     parser.add_argument("--candidate-matrix", type=Path, default=None, metavar="FILE",
@@ -244,11 +247,23 @@ def trusted_artifacts(stack: Stack, out: Path) -> list[str]:
     return ["--trusted-artifacts", str(folder)]
 
 
+def performance_policy(args, launches: list[perf_compare.Launch]) -> PerfPolicy:
+    """The tier's thresholds: cpu's, measured here; trn2's from an A/A series of this host type
+    in the stored history (``upgrades.perf_history.aa_policy``), else its stakes, unjudged."""
+    if args.tier != Tier.TRN2:
+        return CPU_PERF
+    trusted = next((l for l in launches if l.stack == "trusted" and l.report is not None), None)
+    if trusted is None:
+        return TRN2_PERF
+    stored = perf_history.load(args.history, trusted.machine_name)
+    return perf_history.aa_policy(TRN2_PERF, stored, trusted.machine_name, trusted.stack_id) or TRN2_PERF
+
+
 def performance_check(args, trusted_python: Path, env, out: Path, candidate_extra: list[str],
                       selection: list[str]) -> dict:
-    """The interleaved performance sessions of both stacks and their verdict (a dict for
-    ``upgrade.json``, with the page's section under ``"lines"``)."""
-    policy = TRN2_PERF if args.tier == Tier.TRN2 else CPU_PERF
+    """The interleaved performance sessions of both stacks, their verdict and the stored
+    history's comparison (a dict for ``upgrade.json``, with the page's section under ``"lines"``);
+    the trusted sessions are stored in the history."""
     if args.performance_launches <= 0:
         # asking for no launches is the user's explicit acceptance of a page without figures
         return {"verdict": str(perf_compare.Finding.NOT_MEASURED), "passed": True, "accepted": True,
@@ -259,6 +274,7 @@ def performance_check(args, trusted_python: Path, env, out: Path, candidate_extr
         trusted_python, env.python, out / "perf", pairs, tier=args.tier, trusted_extra=rehearsal,
         candidate_extra=rehearsal + candidate_extra, cwd=REPO, say=say, start=start)
     launches = run(args.performance_launches, 0)
+    policy = performance_policy(args, launches)
     verdict = perf_compare.judge(launches, policy, accepted=args.accept_performance)
     # INCONCLUSIVE from noise adds pairs to the same series (never starts over) up to the cap
     while verdict.more_launches_could_decide and len(launches) // 2 < args.performance_max_launches:
@@ -266,7 +282,9 @@ def performance_check(args, trusted_python: Path, env, out: Path, candidate_extr
         launches += run(1, len(launches) // 2)
         verdict = perf_compare.judge(launches, policy, accepted=args.accept_performance)
     say(f"upgrade: performance {verdict.verdict}" + "".join(f"; {c.figure} {c.change()}" for c in verdict.comparisons))
-    return {**verdict.to_json(), "lines": perf_compare.render(verdict, policy, launches)}
+    history, figures = perf_history.history_lines(args.history, launches, policy, out, f"upgrade check {out.name}")
+    return {**verdict.to_json(), "policy": policy.to_json(), "history": figures,
+            "lines": perf_compare.render(verdict, policy, launches) + history}
 
 
 def bisect_commits_main(args, selection: list[str]) -> int:

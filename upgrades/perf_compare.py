@@ -45,6 +45,19 @@ class Launch:
     outcome: str
     leak_outcome: str | None = None
     machine_load: dict | None = None  # MachineLoad.during's figures, where the session was watched
+    report: dict | None = None  # the session's report.json
+
+    @property
+    def machine_name(self) -> str:
+        """What the figures belong to (``reports.plugin.machine``: the host, and on trn2 the
+        instance type, LNC and cores)."""
+        return ((self.report or {}).get("machine") or {}).get("name", "an unrecorded machine")
+
+    @property
+    def stack_id(self) -> str:
+        report = self.report or {}
+        ids = report.get("stack_id") or {}
+        return "+".join(ids[t] for t in report.get("platforms", []) if t in ids) or "an unrecorded stack"
 
     @property
     def slowest_rank(self) -> str | None:
@@ -87,7 +100,7 @@ def read_launch(stack: str, report_dir: Path) -> Launch:
             figures = json.loads(raw) if raw else None
         elif LEAK_CONTRACT in contract["nodeid"]:
             leak = contract["outcome"]
-    return Launch(stack, report_dir, figures, outcome, leak)
+    return Launch(stack, report_dir, figures, outcome, leak, report=report)
 
 
 # A session's own processes may use every core; beyond that, CPU time taken by other processes
@@ -140,6 +153,17 @@ def abba(index: int) -> tuple[str, str]:
     return ("trusted", "candidate") if index % 2 == 0 else ("candidate", "trusted")
 
 
+def run_session(stack: str, python: Path, tier: str, report_dir: Path, extra: list[str],
+                cwd: Path | None = None) -> Launch:
+    """One performance session, watched (``MachineLoad``), and its figures."""
+    load = MachineLoad()
+    subprocess.run(session_command(python, tier, report_dir, list(extra)), cwd=cwd,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    launch = read_launch(stack, report_dir)
+    launch.machine_load = load.during()
+    return launch
+
+
 def interleaved(trusted_python: Path, candidate_python: Path, out: Path, launches: int, tier: str = "cpu",
                 trusted_extra: list[str] = (), candidate_extra: list[str] = (), cwd: Path | None = None,
                 say=print, start: int = 0) -> list[Launch]:
@@ -150,14 +174,8 @@ def interleaved(trusted_python: Path, candidate_python: Path, out: Path, launche
     for index in range(start, start + launches):
         for stack in abba(index):
             python, extra = pythons[stack]
-            report_dir = out / f"{stack}-{index + 1}"
             say(f"performance: {stack} session {index + 1} (of {start + launches} so far)")
-            load = MachineLoad()
-            subprocess.run(session_command(python, tier, report_dir, list(extra)), cwd=cwd,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-            launch = read_launch(stack, report_dir)
-            launch.machine_load = load.during()
-            done.append(launch)
+            done.append(run_session(stack, python, tier, out / f"{stack}-{index + 1}", list(extra), cwd))
     return done
 
 
@@ -171,6 +189,7 @@ class Finding(StrEnum):
     LEAKING = "LEAKING"
     INCONCLUSIVE = "INCONCLUSIVE"
     NOT_MEASURED = "NOT MEASURED"
+    FIGURES_ONLY = "FIGURES ONLY"  # the tier's thresholds are not measured on this host type: no verdict
 
 
 @dataclass
@@ -188,7 +207,9 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        return self.findings == (Finding.PASS,) or self.accepted
+        """PASS, or FIGURES ONLY (a tier without measured thresholds gives no verdict to fail:
+        the upgrade verdict names it), or a finding the user accepted."""
+        return self.findings in ((Finding.PASS,), (Finding.FIGURES_ONLY,)) or self.accepted
 
     @property
     def more_launches_could_decide(self) -> bool:
@@ -203,7 +224,7 @@ class Verdict:
                 "problems": self.problems, "step_judged": self.step_judged}
 
 
-def measurement_problems(launches: list[Launch]) -> list[str]:
+def measurement_problems(launches: list[Launch], paired: bool = True) -> list[str]:
     """Why these launches measured nothing a verdict can rest on (empty: they did). A launch
     whose performance contract did not pass, a figure missing, non-finite or not positive
     (a renamed torchtitan metric logs nothing; a backend without memory statistics logs -1),
@@ -215,6 +236,8 @@ def measurement_problems(launches: list[Launch]) -> list[str]:
         if l.outcome != "passed":
             problems.append(f"{where}: the performance contract {l.outcome}")
         problems += [f"{where}: {line}" for line in performance.unmeasured((l.figures or {}).get("ranks") or {})]
+    if not paired:  # one stack's sessions (the history's)
+        return problems
     counts = {s: sum(l.stack == s for l in launches) for s in ("trusted", "candidate")}
     if counts["trusted"] != counts["candidate"]:
         problems.append(f"unequal launch counts: {counts['trusted']} trusted against {counts['candidate']} "
@@ -251,6 +274,8 @@ def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool
     leaks = [f"{l.report_dir.name}: peak memory grows {l.growth_mib_per_step:.3f} MiB per steady step "
              f"(bound {policy.leak_mib_per_step})" for l in measured["candidate"]
              if l.growth_mib_per_step > policy.leak_mib_per_step]
+    if not policy.judged:  # thresholds not measured on this host type: the figures, no verdict
+        return Verdict((Finding.FIGURES_ONLY,), [step, peak], leaks, [], step_judged=False)
     busy_launches = [f"a busy machine: {why}" for l in launches if (why := busy(l))]
     changed = work_changed(launches)
     # Step times taken on a busy machine are another machine's, and those of another amount of
@@ -293,11 +318,18 @@ def render(verdict: Verdict, policy: performance.PerfPolicy, launches: list[Laun
         lines += ["| figure | trusted | candidate | change | flagged |", "|---|---|---|---|---|"]
         for c in verdict.comparisons:
             flag = "**yes**" if c.flagged else ("inconclusive" if c.inconclusive else "no")
-            if c.figure == "step_time_s" and not verdict.step_judged:
+            if Finding.FIGURES_ONLY in verdict.findings:
+                flag = "not judged (figures only, below)"
+            elif c.figure == "step_time_s" and not verdict.step_judged:
                 flag = "not judged (below)"
             lines.append(f"| {c.figure} (median of {c.launches[0]}+{c.launches[1]} launches) | {c.trusted:.4g} | "
                          f"{c.candidate:.4g} | {c.change()} | {flag} |")
         lines.append("")
+    if Finding.FIGURES_ONLY in verdict.findings:
+        lines += [f"Not judged: {policy.why}. The figures above and each session's below are what was measured; "
+                  "a verdict needs thresholds from this host type's own A/A spread: run "
+                  "`python -m upgrades.perf_history record --tier trn2 --launches 8` on a quiet host of this type "
+                  "with the trusted stack (it stores the series the next check derives them from).", ""]
     if Finding.NOT_MEASURED in verdict.findings:
         lines += ["These launches measured nothing a verdict can rest on (below): NOT MEASURED is never a "
                   "pass, and fails the check unless accepted with `--accept-performance`.", ""]

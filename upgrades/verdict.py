@@ -95,6 +95,8 @@ class UpgradeVerdict:
             text = self.contracts.text()
             if not self.performance_passed:
                 text += f"; performance {self.performance}"
+        if self.performance == "FIGURES ONLY":
+            text += "; performance not judged (figures only: no A/A series of this host type)"
         if self.partial_selection is not None:
             text += f" (on the selection `pytest {' '.join(self.partial_selection)}`; not a promotion)"
         return text

@@ -1,0 +1,112 @@
+"""The stored performance history (``upgrades.perf_history``) on synthetic sessions: what is
+stored and what is refused, the candidate against the oldest and latest stored stack, trn2's
+thresholds from an A/A series (figures only until one exists), and the page's picture."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+
+from fixtures.oracles.performance import TRN2_PERF
+from upgrades import perf_compare, perf_history
+from upgrades.result import UpgradeResult
+
+pytestmark = pytest.mark.meta
+
+MACHINE = {"name": "test host x2, 24 GiB", "host": "test host x2, 24 GiB"}
+
+
+def _launch(tmp_path, stack_side, index, median, *, stack_id="cpu-a", peak=0.05, finished="2026-12-01T10:00:00",
+            outcome="passed", load=None):
+    times = [median * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]
+    ranks = {r: {"steady_times": times, "step_time_s": median, "tokens_per_s": 512 / median, "tokens_per_step": 512,
+                 "peak_memory_gib": peak, "memory_growth_mib_per_step": 0.01} for r in ("0", "1")}
+    report = {"session": f"{stack_id}-{stack_side}-{index}", "finished_at": f"{finished[:-2]}{index:02d}",
+              "platforms": ["cpu"], "stack_id": {"cpu": stack_id}, "machine": MACHINE}
+    return perf_compare.Launch(stack_side, tmp_path / f"{stack_side}-{index}", {"ranks": ranks}, outcome,
+                               machine_load=load or {"others_fraction": 0.01, "steal_fraction": 0.0},
+                               report=report)
+
+
+def test_trusted_sessions_are_stored_once_per_machine_and_stack_and_unmeasured_or_busy_ones_are_not(tmp_path):
+    root = tmp_path / "history"
+    good = [_launch(tmp_path, "trusted", i, 0.1) for i in range(3)]
+    failed = _launch(tmp_path, "trusted", 3, 0.1, outcome="failed")
+    busy = _launch(tmp_path, "trusted", 4, 0.1, load={"others_fraction": 0.4, "steal_fraction": 0.0})
+    stored = perf_history.add(root, good + [failed, busy], "record")
+    assert [e.session for e in stored] == [f"cpu-a-trusted-{i}" for i in range(3)]
+    assert perf_history.add(root, good, "record") == []  # the same sessions again: not twice
+    files = list(root.rglob("*.json"))
+    assert [p.relative_to(root).as_posix() for p in files] == ["test_host_x2_24_GiB/cpu-a.json"]
+    data = json.loads(files[0].read_text())
+    assert data["format"] == perf_history.FORMAT and data["machine"] == MACHINE and len(data["sessions"]) == 3
+    loaded = perf_history.load(root, MACHINE["name"])
+    assert list(loaded) == ["cpu-a"] and loaded["cpu-a"][0].step_time_s == pytest.approx(0.1)
+    assert perf_history.load(root, "another machine") == {}
+
+
+def test_the_candidate_is_compared_with_the_oldest_and_the_latest_stored_stack(tmp_path):
+    """A 4% loss per release passes each check; against the oldest stack it adds up: three
+    stacks stored, each 8% slower than the one before; a candidate 8% slower again is
+    flagged against the oldest (+26%) and not against the latest (+8%, within 15%)."""
+    root = tmp_path / "history"
+    for n, stack in enumerate(("cpu-a", "cpu-b", "cpu-c")):
+        perf_history.add(root, [_launch(tmp_path, "trusted", i, 0.1 * 1.08 ** n * (1 + 0.005 * i), stack_id=stack,
+                                        finished=f"2026-12-0{n + 1}T10:00:00") for i in range(3)], "record")
+    stored = perf_history.load(root, MACHINE["name"])
+    assert list(stored) == ["cpu-a", "cpu-b", "cpu-c"]
+    candidate = [_launch(tmp_path, "candidate", i, 0.1 * 1.08 ** 3 * (1 + 0.005 * i)) for i in range(3)]
+    rows = perf_history.against_history(stored, candidate, perf_compare.performance.CPU_PERF)
+    assert [(r.role, r.stack) for r in rows] == [("oldest", "cpu-a"), ("latest", "cpu-c")]
+    assert rows[0].step.flagged and rows[0].step.ratio == pytest.approx(1.08 ** 3, rel=1e-6)
+    assert not rows[1].step.flagged and rows[1].step.ratio == pytest.approx(1.08, rel=1e-6)
+    lines = perf_history.render(rows, stored, MACHINE["name"], None, tmp_path, [])
+    assert any("oldest: `cpu-a`" in l and "step_time_s" in l.split("|")[-2] for l in lines)
+    assert any("drift to look at, not this check's verdict" in l for l in lines)
+
+
+def test_trn2_gives_figures_only_until_an_a_a_series_of_the_host_type_is_stored(tmp_path):
+    """Without a series, the trn2 check is FIGURES ONLY (not PASS, not a failure), its page
+    says why and which command records the series; with 6 sessions stored, the thresholds are
+    1.5x the largest change any even split of them shows, never below the stakes."""
+    base = [_launch(tmp_path, "trusted", i, 0.1) for i in range(3)]
+    slow = [_launch(tmp_path, "candidate", i, 0.13) for i in range(3)]
+    verdict = perf_compare.judge(base + slow, TRN2_PERF)
+    assert verdict.verdict == "FIGURES ONLY" and verdict.passed and verdict.comparisons[0].ratio == pytest.approx(1.3)
+    page = "\n".join(perf_compare.render(verdict, TRN2_PERF, base + slow))
+    assert "not judged (figures only" in page and "python -m upgrades.perf_history record --tier trn2" in page
+    result = UpgradeResult({"contract_verdict": {"problems": [], "owners": [], "fixed": 0, "still_holding": 0,
+                                                 "fail_here_too": 0}}, ["conformance", "-m", "cpu"], [], False,
+                           performance=verdict.to_json())
+    assert result.passed and result.to_json()["verdict"].endswith(
+        "; performance not judged (figures only: no A/A series of this host type)")
+    root = tmp_path / "history"
+    medians = [0.100, 0.102, 0.098, 0.101, 0.099, 0.104]
+    perf_history.add(root, [_launch(tmp_path, "trusted", i, m) for i, m in enumerate(medians[:5])], "record")
+    stored = perf_history.load(root, MACHINE["name"])
+    assert perf_history.aa_policy(TRN2_PERF, stored, MACHINE["name"]) is None  # 5 < 6 sessions
+    perf_history.add(root, [_launch(tmp_path, "trusted", 5, medians[5])], "record")
+    policy = perf_history.aa_policy(TRN2_PERF, perf_history.load(root, MACHINE["name"]), MACHINE["name"])
+    geomean = lambda idx: math.exp(sum(math.log(medians[i]) for i in idx) / len(idx))
+    worst = max(abs(geomean([i for i in range(6) if i not in side]) / geomean(side) - 1)
+                for side in itertools.combinations(range(6), 3))
+    assert worst == pytest.approx(0.0336, abs=1e-4)  # {0.102, 0.101, 0.104} against {0.100, 0.098, 0.099}
+    assert policy.judged and policy.slower_than == max(0.05, round(1.5 * worst, 4))
+    assert policy.larger_than == TRN2_PERF.larger_than  # equal peaks: the stake
+    assert "A/A series of 6 sessions of cpu-a" in policy.why
+    assert perf_compare.judge(base + slow, policy).verdict == "SLOWER"
+
+
+def test_the_page_draws_step_time_per_session_across_stacks(tmp_path):
+    root = tmp_path / "history"
+    perf_history.add(root, [_launch(tmp_path, "trusted", i, 0.1) for i in range(3)], "record")
+    launches = [_launch(tmp_path, "trusted", 7, 0.1), _launch(tmp_path, "candidate", 7, 0.12)]
+    lines, figures = perf_history.history_lines(root, launches, perf_compare.performance.CPU_PERF, tmp_path,
+                                                "upgrade check test")
+    picture = tmp_path / "perf-history.png"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![step time per session across stacks](perf-history.png)" in lines
+    assert figures["stored"] == 1 and len(perf_history.load(root, MACHINE["name"])["cpu-a"]) == 4
