@@ -355,26 +355,49 @@ def test_each_outcome_change_is_listed_under_its_own_title(baseline):
     assert f"  skipped where the baseline ran it: {skipped['nodeid']}" in lines
 
 
-def test_figures_are_compared_only_within_one_suite(baseline):
+def test_figures_are_compared_only_within_one_suite(baseline, tmp_path):
     """Same suite: the figures are compared. Another suite (either field moved), or a baseline
     with no suite identity: no figure is compared, and the sentence says which field moved."""
     base = _identified(_with_performance(baseline, 1.0))
     run = _identified(_with_performance(baseline, 1.5))
-    same = gate.compare(base, run)
+    same = gate.compare(base, run, history_root=tmp_path)
     assert same.other_suite is None and same.other_machine is None
-    assert len(same.performance) == 1 and same.performance[0].startswith(f"{PERF_NODEID}: steady step slower by ")
+    assert len(same.performance) == 2 and same.performance[0].startswith(f"{PERF_NODEID}: steady step slower by ")
+    assert same.performance[1].startswith("no stored history of this suite on box")
     moved = _identified(_with_performance(baseline, 1.5), suite={"assets_recipe": "r2", "assets_files": "f1"})
     other = gate.compare(base, moved)
     assert other.other_suite == ("the baseline was recorded by another suite (assets_recipe r1 -> r2): figures are "
                                  f"not compared across it; {RERECORD}")
-    assert other.performance == [f"not compared: {other.other_suite}"]
+    assert other.performance[0] == f"not compared: {other.other_suite}"
     both = gate.compare(base, _identified(run, suite={"assets_recipe": "r2", "assets_files": "f2"}))
     assert "(assets_recipe r1 -> r2; assets_files f1 -> f2)" in both.other_suite
     assert "(assets_recipe r1 -> None; assets_files f1 -> None)" in gate.compare(base, {**run, "suite": None}).other_suite
     unrecorded = gate.compare({**base, "suite": None}, run)
     assert unrecorded.other_suite == ("the baseline records no suite identity (recorded before suites had one): its "
                                       f"figures may come from other checkpoints; {RERECORD}")
-    assert unrecorded.performance == [f"not compared: {unrecorded.other_suite}"]
+    assert unrecorded.performance[0] == f"not compared: {unrecorded.other_suite}"
+
+
+def test_the_session_is_set_against_the_oldest_and_latest_stored_stack_of_its_suite(baseline, tmp_path):
+    """The gate's history lines (``reports.perf_history``): the session's launch against the
+    median session of the oldest and the latest stored stack on its machine, of its suite only."""
+    from reports import perf_history
+
+    run = _identified(_with_performance(baseline, 1.5))
+    ranks = gate._performance_figures(run)[PERF_NODEID]["ranks"]
+    step = perf_history.launch_step_time(ranks)[1]
+    for day, stack, scale, suite in (("01", "cpu-old", 1 / 1.5, SUITE), ("02", "cpu-new", 1 / 1.2, SUITE),
+                                     ("03", "cpu-other-suite", 10.0, {**SUITE, "assets_recipe": "other"})):
+        perf_history.store(tmp_path, MACHINE, perf_history.Entry(
+            stack=stack, recorded_at=f"2026-12-{day}T10:00:00", session=f"s-{stack}", source="record",
+            step_time_s=step * scale, slowest_rank="0", rank_step_time_s={"0": step * scale}, peak_memory_gib=1.0,
+            tokens_per_step=512, suite=suite))
+    lines = gate.compare(_identified(_with_performance(baseline, 1.0)), run, history_root=tmp_path).performance
+    history = [line for line in lines if line.startswith("against the")]
+    assert len(history) == 2 and "other-suite" not in " ".join(lines)
+    assert history[0].startswith("against the oldest stored stack on this machine, cpu-old (1 sessions, 2026-12-01 to "
+                                 "2026-12-01): step time +50.0%")
+    assert history[1].startswith("against the latest stored stack on this machine, cpu-new") and "+20.0%" in history[1]
 
 
 def test_the_machine_note_names_both_kernel_paths(baseline):

@@ -11,6 +11,7 @@ import math
 import pytest
 
 from fixtures.oracles.performance import TRN2_PERF
+from reports import perf_history as stored_history
 from upgrades import perf_compare, perf_history
 from upgrades.result import UpgradeResult
 
@@ -42,7 +43,7 @@ def test_trusted_sessions_are_stored_once_per_machine_and_stack_and_unmeasured_o
     files = list(root.rglob("*.json"))
     assert [p.relative_to(root).as_posix() for p in files] == ["test_host_x2_24_GiB/cpu-a.json"]
     data = json.loads(files[0].read_text())
-    assert data["format"] == perf_history.FORMAT and data["machine"] == MACHINE and len(data["sessions"]) == 3
+    assert data["format"] == stored_history.FORMAT and data["machine"] == MACHINE and len(data["sessions"]) == 3
     loaded = perf_history.load(root, MACHINE["name"])
     assert list(loaded) == ["cpu-a"] and loaded["cpu-a"][0].step_time_s == pytest.approx(0.1)
     assert perf_history.load(root, "another machine") == {}

@@ -20,6 +20,7 @@ from pathlib import Path
 from fixtures.oracles import performance
 from fixtures.session.expectations import failed_differently
 from reports.cli import command_parser
+from reports import perf_history
 from reports.pins import read_report
 
 GOOD = {"passed", "xfailed"}  # xfailed: a known deviation behaving as recorded
@@ -83,7 +84,7 @@ class GateResult:
         return "\n".join(out)
 
 
-def compare(baseline: dict, run: dict) -> GateResult:
+def compare(baseline: dict, run: dict, history_root: Path = perf_history.HISTORY) -> GateResult:
     result = GateResult(incomplete=not run.get("complete", False),
                         baseline_stack=", ".join(sorted({baseline.get("stack_id", {}).get(t, "?")
                                                          for t in baseline.get("platforms", [])})) or None)
@@ -121,11 +122,27 @@ def compare(baseline: dict, run: dict) -> GateResult:
     result.other_suite = other_suite(baseline, run)
     result.other_machine = other_machine(baseline, run)
     result.performance = ([f"not compared: {result.other_suite}"] if result.other_suite
-                          else performance_against(baseline, run))
+                          else performance_against(baseline, run)) + history_against(run, history_root)
     return result
 
 
-SUITE_FIELDS = ("assets_recipe", "assets_files")
+def history_against(run: dict, root: Path) -> list[str]:
+    """The session's performance launch against the stored history of its machine
+    (``reports.perf_history``): its oldest and latest trusted stack, so a drift over several
+    releases shows where each baseline step hid it. Information, never a gate failure."""
+    machine = (run.get("machine") or {}).get("name")
+    figures = next(iter(_performance_figures(run).values()), None)
+    ranks = (figures or {}).get("ranks") or {}
+    step = perf_history.launch_step_time(ranks)
+    if machine is None or step is None or performance.unmeasured(ranks):
+        return []
+    stored = perf_history.load(root, machine, run.get("suite") or {})
+    if not stored:
+        return [f"no stored history of this suite on {machine} in {root} (python -m upgrades.perf_history)"]
+    return perf_history.against_stored(stored, step[1], max(r["peak_memory_gib"] for r in ranks.values()))
+
+
+SUITE_FIELDS = perf_history.SUITE_FIELDS
 
 
 def other_suite(baseline: dict, run: dict) -> str | None:

@@ -255,7 +255,7 @@ def performance_policy(args, launches: list[perf_compare.Launch]) -> PerfPolicy:
     trusted = next((l for l in launches if l.stack == "trusted" and l.report is not None), None)
     if trusted is None:
         return TRN2_PERF
-    stored = perf_history.load(args.history, trusted.machine_name)
+    stored = perf_history.load(args.history, trusted.machine_name, trusted.report.get("suite"))
     return perf_history.aa_policy(TRN2_PERF, stored, trusted.machine_name, trusted.stack_id) or TRN2_PERF
 
 

@@ -1,21 +1,14 @@
 """Every performance session of a trusted stack, kept per machine and stack, so a slow drift
 over releases shows: a 4% loss per release passes each two-stack check and compounds to about
-22% over five. The upgrade check adds its trusted sessions (``upgrades.check``), a promoted
-baseline adds its own (``reports.baseline``), and ``record`` runs sessions on purpose (on trn2:
+22% over five. The upgrade check adds its trusted sessions (``upgrades.check``), ``add``
+stores sessions already run (a promoted baseline's), and ``record`` runs sessions on purpose (on trn2:
 the A/A series the tier's thresholds are derived from, ``aa_policy``).
 
     python -m upgrades.perf_history record [--tier cpu|trn2] [--launches N] [--history DIR] [-- PYTEST ARGS]
     python -m upgrades.perf_history add REPORT_DIR [REPORT_DIR ...]    # a session already run
     python -m upgrades.perf_history show [--machine NAME]
 
-Storage: ``reports/perf_history/<machine>/<stack id>.json`` (committed, like the baselines),
-one entry per session: when, which suite and versions, and its launch's figures (the slowest
-rank's median steady step, every rank's median, peak memory, tokens per step, the machine's
-load). pyperf's JSON (one benchmark's values per run, with metadata) would nearly fit, but
-writing and reading it needs pyperf, which a Neuron environment does not hold and cannot get
-offline (``scripts/install-trn2.sh`` installs the suite ``--no-deps``); asv's results are keyed
-by one project's commit, while a stack here is a set of package versions. So the format is
-this module's, plain JSON, and its fields are named in ``Entry``.
+Storage and format: ``reports.perf_history`` (the gate reads it too).
 """
 
 from __future__ import annotations
@@ -24,42 +17,18 @@ import argparse
 import itertools
 import json
 import math
-import re
 import statistics
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from fixtures.oracles import performance
 from fixtures.tiers.tier_name import Tier
+from reports import perf_history as history
+from reports.perf_history import HISTORY, Entry, load, machine_folder
 from upgrades import perf_compare
 from upgrades.stacks import REPO
-
-HISTORY = REPO / "reports" / "perf_history"
-FORMAT = "qwen3-trn-conformance performance history, 1"
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One performance session of one stack on one machine."""
-
-    stack: str  # the session's stack id (its tier's)
-    recorded_at: str  # when the session ended (ISO 8601, UTC)
-    session: str  # the session's id (its report folder's name where it has none)
-    source: str  # what ran it: "upgrade check <folder>", "baseline", "record"
-    step_time_s: float  # the launch's step time: its slowest rank's median steady step
-    slowest_rank: str
-    rank_step_time_s: dict  # every rank's median steady step
-    peak_memory_gib: float  # the largest rank's
-    tokens_per_step: float  # all ranks together
-    machine_load: dict | None = None
-
-
-def machine_folder(name: str) -> str:
-    """A machine's name as a folder name."""
-    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", name).strip("_")
-
 
 def entry_of(launch: perf_compare.Launch, source: str) -> Entry | None:
     """A launch as a history entry; None where it measured nothing a comparison can rest on
@@ -73,48 +42,23 @@ def entry_of(launch: perf_compare.Launch, source: str) -> Entry | None:
                  step_time_s=statistics.median(launch.steady_times), slowest_rank=str(launch.slowest_rank),
                  rank_step_time_s={r: f["step_time_s"] for r, f in sorted(ranks.items())},
                  peak_memory_gib=launch.peak_gib, tokens_per_step=launch.tokens_per_step,
-                 machine_load=launch.machine_load)
+                 machine_load=launch.machine_load, suite=launch.report.get("suite"))
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _path(root: Path, machine: str, stack: str) -> Path:
-    return root / machine_folder(machine) / f"{stack}.json"
-
-
 def add(root: Path, launches: list[perf_compare.Launch], source: str) -> list[Entry]:
-    """Store each storable launch under its machine and stack; returns what was stored. A
-    session already stored (the same session id) is not stored twice."""
+    """Store each storable launch under its machine and stack (``reports.perf_history``);
+    returns what was stored. A session already stored is not stored twice."""
     stored = []
     for launch in launches:
         entry = entry_of(launch, source)
-        if entry is None:
-            continue
-        path = _path(root, launch.machine_name, entry.stack)
-        data = json.loads(path.read_text()) if path.is_file() else {
-            "format": FORMAT, "machine": launch.report.get("machine"), "stack": entry.stack, "sessions": []}
-        if any(s["session"] == entry.session for s in data["sessions"]):
-            continue
-        data["sessions"].append(asdict(entry))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1) + "\n")
-        stored.append(entry)
+        if entry is not None and history.store(root, launch.report.get("machine") or {"name": launch.machine_name},
+                                               entry):
+            stored.append(entry)
     return stored
-
-
-def load(root: Path, machine: str) -> dict[str, list[Entry]]:
-    """Every stored session on ``machine``, by stack, each stack's in time order; stacks in the
-    order of their first session."""
-    folder = root / machine_folder(machine)
-    stacks = {}
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        data = json.loads(path.read_text())
-        if data.get("format") != FORMAT:
-            raise ValueError(f"{path}: not a performance history file ({data.get('format')!r})")
-        stacks[data["stack"]] = sorted((Entry(**s) for s in data["sessions"]), key=lambda e: e.recorded_at)
-    return dict(sorted(stacks.items(), key=lambda item: item[1][0].recorded_at if item[1] else ""))
 
 
 # ----------------------------------------------------------------------------- comparisons
@@ -139,14 +83,11 @@ def against_history(stored: dict[str, list[Entry]], candidate: list[perf_compare
                     policy: performance.PerfPolicy) -> list[AgainstStored]:
     """The candidate against the oldest and the latest stored stack (one row when they are the
     same), each by the launch test of ``fixtures.oracles.performance`` (two sessions a side)."""
-    usable = {stack: entries for stack, entries in stored.items() if len(entries) >= 2}
-    if not usable or len(candidate) < 2:
+    if len(candidate) < 2:
         return []
-    names = list(usable)
-    roles = [("oldest", names[0])] + ([("latest", names[-1])] if names[-1] != names[0] else [])
     rows = []
-    for role, stack in roles:
-        entries = usable[stack]
+    for role, stack in history.oldest_and_latest(stored, least=2):
+        entries = stored[stack]
         step = performance.compare_step_times([(e.step_time_s,) for e in entries],
                                               [launch.steady_times for launch in candidate], policy.slower_than)
         peak = performance.compare_peaks([e.peak_memory_gib for e in entries], [l.peak_gib for l in candidate],
@@ -267,7 +208,8 @@ def history_lines(root: Path, launches: list[perf_compare.Launch], policy: perfo
     machine = next((l.machine_name for l in launches if l.report is not None), None)
     if machine is None:
         return [], {}
-    stored = load(root, machine)
+    suite = next(l.report.get("suite") for l in launches if l.report is not None)
+    stored = load(root, machine, suite)
     rows = against_history(stored, [l for l in launches if l.stack == "candidate"], policy)
     picture = draw(stored, launches, page_dir / "perf-history.png")
     added = add(root, [l for l in launches if l.stack == "trusted"], source)
@@ -327,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "add":
         launches = [perf_compare.read_launch("trusted", p.parent if p.name == "report.json" else p)
                     for p in args.reports]
-        stored = add(args.history, launches, "baseline")
+        stored = add(args.history, launches, "add")
         print(f"perf_history: stored {len(stored)} of {len(launches)} sessions under {args.history}")
         return 0 if len(stored) == len(launches) else 1
     return record(Path(sys.executable), args.tier, args.launches, args.history, extra, args.out)

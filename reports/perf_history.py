@@ -1,0 +1,115 @@
+"""The stored performance history: every performance session of a trusted stack, kept per
+machine and stack (``reports/history/<machine>/<stack id>.json``, committed like the
+baselines), read by the gate (``reports.gate``) and the upgrade check (``upgrades.perf_history``,
+which also records and draws it).
+
+pyperf's JSON (one benchmark's values per run, with metadata) would nearly fit, but writing
+and reading it needs pyperf, which a Neuron environment does not hold and cannot get offline
+(``scripts/install-trn2.sh`` installs the suite ``--no-deps``); asv's results are keyed by one
+project's commit, while a stack here is a set of package versions. So the format is this
+module's, plain JSON, one entry per session, its fields named in ``Entry``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HISTORY = Path(__file__).resolve().parent / "history"
+FORMAT = "qwen3-trn-conformance performance history, 1"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One performance session of one stack on one machine."""
+
+    stack: str  # the session's stack id (its tier's)
+    recorded_at: str  # when the session ended (ISO 8601)
+    session: str  # the session's id (its report folder's name where it has none)
+    source: str  # what ran it: "upgrade check <folder>", "add", "record"
+    step_time_s: float  # the launch's step time: its slowest rank's median steady step
+    slowest_rank: str
+    rank_step_time_s: dict  # every rank's median steady step
+    peak_memory_gib: float  # the largest rank's
+    tokens_per_step: float  # all ranks together
+    machine_load: dict | None = None
+    suite: dict | None = None  # the suite's identity (reports.plugin.suite_identity): another measured other things
+
+
+def machine_folder(name: str) -> str:
+    """A machine's name as a folder name."""
+    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", name).strip("_")
+
+
+def store(root: Path, machine: dict, entry: Entry) -> bool:
+    """Add ``entry`` under its machine and stack; False where that session is stored already."""
+    path = root / machine_folder(machine["name"]) / f"{entry.stack}.json"
+    data = json.loads(path.read_text()) if path.is_file() else {
+        "format": FORMAT, "machine": machine, "stack": entry.stack, "sessions": []}
+    if any(s["session"] == entry.session for s in data["sessions"]):
+        return False
+    data["sessions"].append(asdict(entry))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return True
+
+
+def load(root: Path, machine: str, suite: dict | None = None) -> dict[str, list[Entry]]:
+    """Every stored session on ``machine`` (of ``suite`` only, where given: a session of another
+    suite measured other models and data), by stack, each stack's in time order; stacks in the
+    order of their first session."""
+    folder = root / machine_folder(machine)
+    stacks = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        data = json.loads(path.read_text())
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path}: not a performance history file ({data.get('format')!r})")
+        entries = [Entry(**s) for s in data["sessions"]]
+        entries = [e for e in entries if suite is None or _same_suite(e.suite, suite)]
+        if entries:
+            stacks[data["stack"]] = sorted(entries, key=lambda e: e.recorded_at)
+    return dict(sorted(stacks.items(), key=lambda item: item[1][0].recorded_at if item[1] else ""))
+
+
+SUITE_FIELDS = ("assets_recipe", "assets_files")
+
+
+def _same_suite(a: dict | None, b: dict) -> bool:
+    return a is not None and all(a.get(f) == b.get(f) for f in SUITE_FIELDS)
+
+
+def oldest_and_latest(stored: dict[str, list[Entry]], least: int = 1) -> list[tuple[str, str]]:
+    """``[("oldest", stack), ("latest", stack)]`` of the stacks with at least ``least``
+    sessions (one pair where they are the same stack; none where no stack has that many)."""
+    names = [s for s, entries in stored.items() if len(entries) >= least]
+    if not names:
+        return []
+    return [("oldest", names[0])] + ([("latest", names[-1])] if names[-1] != names[0] else [])
+
+
+def launch_step_time(ranks: dict) -> tuple[str, float] | None:
+    """A launch's step time from its ranks' recorded figures: the slowest rank's median steady
+    step (in synchronous training every step waits for it), with that rank."""
+    timed = {r: statistics.median(f["steady_times"]) for r, f in ranks.items() if f.get("steady_times")}
+    if not timed:
+        return None
+    rank = max(sorted(timed), key=lambda r: timed[r])
+    return rank, timed[rank]
+
+
+def against_stored(stored: dict[str, list[Entry]], step_time_s: float, peak_gib: float) -> list[str]:
+    """One session against the oldest and the latest stored stack of its machine: the ratio to
+    each stack's median session, as information (one launch against sessions of other days)."""
+    lines = []
+    for role, stack in oldest_and_latest(stored):
+        entries = stored[stack]
+        step = step_time_s / statistics.median(e.step_time_s for e in entries) - 1
+        peak = peak_gib / statistics.median(e.peak_memory_gib for e in entries) - 1
+        lines.append(f"against the {role} stored stack on this machine, {stack} ({len(entries)} sessions, "
+                     f"{entries[0].recorded_at[:10]} to {entries[-1].recorded_at[:10]}): step time {step:+.1%}, "
+                     f"peak memory {peak:+.1%} (this one launch against their median: information; the upgrade "
+                     "check's launches judge)")
+    return lines
