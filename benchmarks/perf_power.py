@@ -13,7 +13,9 @@ it) is applied to:
 2. simulated launches: launch medians log-normal around 1 with the launch-to-launch spread the
    recorded series shows (and, for trn2, 2% and 3%, the issue's stakes), steps drawn around
    each launch's median; A/A (false alarms, INCONCLUSIVE) and a true slowdown at the
-   threshold, at 1.33x the threshold and at 2x (detection).
+   threshold, at 1.33x the threshold and at 2x (detection);
+3. trn2's thresholds as a stored A/A series gives them (``upgrades.perf_history.aa_policy``),
+   drawn at three launch spreads, and the rates a 5-launch check has with them.
 
 Figures only, no assertion. INCONCLUSIVE adds launches in the upgrade check (``--performance-
 max-launches``), so its rate is the share of checks that cost more launches, not of wrong verdicts.
@@ -33,6 +35,7 @@ from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 from fixtures.oracles.performance import CPU_PERF, TRN2_PERF, compare_step_times  # noqa: E402
+from upgrades.perf_history import AA_MARGIN, AA_MIN_LAUNCHES, largest_split_change  # noqa: E402
 
 SERIES = json.loads((REPO / "meta_tests" / "perf_series.json").read_text())
 
@@ -90,6 +93,25 @@ def main(argv: list[str]) -> None:
                     f, i = simulated(n, t, spread, ratio, args.simulations, rng)
                     cells.append(f"x{ratio:.3f}: {f:6.1%} [{i:5.1%}]")
                 print(f"    {n} launches a side: " + "  ".join(cells))
+    print(f"\n3. trn2 thresholds from an A/A series (upgrades.perf_history.aa_policy: {AA_MIN_LAUNCHES} sessions, "
+          f"{AA_MARGIN}x the largest split change, at least the {TRN2_PERF.slower_than:.0%} stake), then 5 "
+          f"launches a side ({args.simulations // 4} series per spread): derived threshold (median, 90th percentile), "
+          "flagged rate [INCONCLUSIVE rate]")
+    for spread in (0.01, 0.02, 0.03):
+        derived, cells = [], {1.0: [0, 0], 1.1: [0, 0], 1.2: [0, 0]}
+        for _ in range(args.simulations // 4):
+            series = [math.exp(rng.gauss(0, spread)) for _ in range(AA_MIN_LAUNCHES)]
+            t = max(TRN2_PERF.slower_than, round(AA_MARGIN * largest_split_change(series), 4))
+            derived.append(t)
+            for ratio, cell in cells.items():
+                f, i = simulated(5, t, spread, ratio, 1, rng)
+                cell[0] += f
+                cell[1] += i
+        n = len(derived)
+        derived.sort()
+        print(f"  launch spread {spread:.3f}: threshold {statistics.median(derived):.1%} "
+              f"(p90 {derived[int(0.9 * n)]:.1%}); " + "  ".join(
+                  f"x{ratio:.2f}: {cell[0] / n:6.1%} [{cell[1] / n:5.1%}]" for ratio, cell in cells.items()))
 
 
 if __name__ == "__main__":
