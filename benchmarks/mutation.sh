@@ -79,9 +79,14 @@ fixtures.oracles.performance.x_unmeasured__mutmut_* fixtures.oracles.performance
 fixtures.oracles.performance.xǁComparisonǁinconclusive__mutmut_* fixtures.oracles.performance.x_t975__mutmut_*
 fixtures.oracles.performance.x_compare_step_times_one_launch__mutmut_* upgrades.perf_compare.x_busy__mutmut_*
 upgrades.perf_compare.xǁLaunchǁslowest_rank__mutmut_* upgrades.perf_compare.x_inconclusive_reason__mutmut_*
-upgrades.perf_compare.x_work_changed__mutmut_* upgrades.perf_compare.xǁVerdictǁmore_launches_could_decide__mutmut_*"
+upgrades.perf_compare.x_work_changed__mutmut_* upgrades.perf_compare.xǁVerdictǁmore_launches_could_decide__mutmut_*
+upgrades.perf_compare.xǁVerdictǁverdict__mutmut_* upgrades.perf_history.x_largest_split_change__mutmut_*
+upgrades.perf_history.x_aa_policy__mutmut_* upgrades.perf_history.x_against_history__mutmut_*"
 PATTERNS[upgrade]="upgrades.compare.x_categorize__mutmut_* upgrades.compare.x_compare__mutmut_*
-upgrades.compare.x__problems__mutmut_* upgrades.compare.x__verdict__mutmut_*"
+upgrades.compare.x__problems__mutmut_* upgrades.compare.x_contract_verdict__mutmut_*
+upgrades.verdict.xǁContractVerdictǁbody__mutmut_* upgrades.verdict.xǁContractVerdictǁtext__mutmut_*
+upgrades.verdict.xǁUpgradeVerdictǁoutcome__mutmut_* upgrades.verdict.xǁUpgradeVerdictǁtext__mutmut_*
+upgrades.result.xǁUpgradeResultǁverdict__mutmut_* upgrades.result.xǁUpgradeResultǁto_json__mutmut_*"
 PATTERNS[expectations]="fixtures.session.expectations.x_parse__mutmut_* fixtures.session.expectations.xǁExpectationǁholds_for__mutmut_*
 fixtures.session.expectations.xǁExpectationǁmeasured__mutmut_* fixtures.session.expectations.x_pytest_runtest_makereport__mutmut_*"
 PATTERNS[culprit]=""  # the whole module
@@ -89,10 +94,14 @@ ONLY[gate]="reports/gate.py"
 TESTS[gate]="meta_tests/test_gate.py"
 DESEL[gate]=""
 ONLY[performance]="upgrades/perf_compare.py
+upgrades/perf_history.py
 fixtures/oracles/performance.py"
-TESTS[performance]="meta_tests/test_performance.py"
+TESTS[performance]="meta_tests/test_performance.py
+meta_tests/test_perf_history.py"
 DESEL[performance]=""
-ONLY[upgrade]="upgrades/compare.py"
+ONLY[upgrade]="upgrades/compare.py
+upgrades/verdict.py
+upgrades/result.py"
 TESTS[upgrade]="meta_tests/test_upgrade.py
 -k
 not end_to_end and not real_candidate"
