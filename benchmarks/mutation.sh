@@ -103,6 +103,7 @@ ONLY[upgrade]="upgrades/compare.py
 upgrades/verdict.py
 upgrades/result.py"
 TESTS[upgrade]="meta_tests/test_upgrade.py
+meta_tests/test_perf_history.py
 -k
 not end_to_end and not real_candidate"
 DESEL[upgrade]=""

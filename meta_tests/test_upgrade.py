@@ -600,6 +600,43 @@ def test_the_check_composes_its_verdict_from_the_contracts_performance_and_selec
     assert breaks["verdict"].startswith("FAIL: 1 newly failing") and not both.passed
 
 
+def test_upgrade_json_holds_each_part_the_check_found():
+    """``UpgradeResult.to_json`` is upgrade.json: the comparison's fields, the derived verdict,
+    the selection and candidates, and each optional part only where the check produced it (a
+    bisection asked for with nothing to bisect is written as null; a promotion with its
+    constraints file)."""
+    from upgrades.result import UpgradeResult
+
+    base = _report({"a": "passed"})
+    comparison = upgrade_compare.compare(base, _report({"a": "passed"}), CHANGES)
+    bare = UpgradeResult(comparison, selection=["conformance", "-m", "cpu"], candidates=[{"text": "x==1"}],
+                         partial=False).to_json()
+    assert {k: bare[k] for k in ("verdict", "outcome", "passed", "selection", "candidates")} == {
+        "verdict": comparison["verdict"], "outcome": "PASS", "passed": True,
+        "selection": ["conformance", "-m", "cpu"], "candidates": [{"text": "x==1"}]}
+    assert not {"performance", "bisect", "promote", "constraints"} & set(bare)
+    assert bare["versions"] == CHANGES and bare["contract_verdict"] == comparison["contract_verdict"]
+    full = UpgradeResult(comparison, ["conformance", "-m", "cpu"], [], False, performance={"verdict": "PASS",
+                         "passed": True}, bisected=True, promote=["cp a b"], constraints="c.txt").to_json()
+    assert full["performance"] == {"verdict": "PASS", "passed": True} and full["bisect"] is None
+    assert full["promote"] == ["cp a b"] and full["constraints"] == "c.txt"
+
+
+def test_the_contracts_verdict_keeps_every_count_and_says_the_ones_that_decide():
+    """The contracts' verdict records the deviations fixed and still holding and the failures'
+    owners whatever else happened; its words say problems first, else the fixes, else the
+    deviations still holding."""
+    from upgrades.verdict import ContractVerdict, Owner
+
+    failing = upgrade_compare.contract_verdict(["1 newly failing"], [{"owner": "o", "contracts": ["a"]}], 2,
+                                               [{"nodeid": "b"}], 0)
+    assert (failing.fixed, failing.still_holding, failing.owners) == (2, 1, (Owner("o", 1, 1),))
+    assert failing.text() == "FAIL: 1 newly failing (1 in 1 cause(s) o)"
+    assert ContractVerdict(fixed=2, still_holding=1).text() == (
+        "PASS once 2 expectations line(s) are deleted: the candidate keeps every contract and fixes known deviations")
+    assert ContractVerdict.from_json(failing.to_json()) == failing
+
+
 # Added after mutation testing (round 2, benchmarks/mutation.md): each kills mutants the tests above let survive.
 
 

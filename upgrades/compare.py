@@ -383,15 +383,15 @@ def _problems(contracts: list[dict], counts: dict, pip_check: list[str] | None, 
 
 def contract_verdict(problems: list[str], groups: list[dict], fixed: int, still: list[dict],
                      fail_here_too: int) -> ContractVerdict:
-    """The contracts' side of the verdict, with the failures' owners in name order."""
+    """The contracts' side of the verdict, with the failures' owners in name order (its
+    ``body`` says which parts a verdict shows: problems outrank fixes, fixes the deviations)."""
     owners: dict[str, list[dict]] = {}
-    for g in groups if problems else []:
+    for g in groups:
         owners.setdefault(g["owner"], []).append(g)
     return ContractVerdict(problems=tuple(problems),
                            owners=tuple(Owner(owner, sum(len(g["contracts"]) for g in gs), len(gs))
                                         for owner, gs in sorted(owners.items())),
-                           fixed=0 if problems else fixed, still_holding=0 if problems or fixed else len(still),
-                           fail_here_too=fail_here_too)
+                           fixed=fixed, still_holding=len(still), fail_here_too=fail_here_too)
 
 
 def _fmt(value) -> str:
