@@ -123,9 +123,10 @@ def test_raising_rank_is_named_with_its_traceback(tmp_path):
     outcome = _launch(tmp_path, "crash.py", "raise")
     assert not outcome.ok and not outcome.timed_out
     assert outcome.root_cause is not None, outcome.console_log.read_text()[-3000:]
-    assert outcome.root_cause["rank"] == 1, launcher.describe_failure(outcome)
-    assert outcome.root_cause["exitcode"] == 1
-    assert "injected failure at step 3" in outcome.root_cause["traceback"]
+    assert outcome.root_cause.rank == 1, launcher.describe_failure(outcome)
+    assert outcome.root_cause.exitcode == 1
+    assert "injected failure at step 3" in outcome.root_cause.traceback
+    assert launcher.LaunchOutcome.from_dict(outcome.to_dict()).root_cause == outcome.root_cause
     assert outcome.leftover_pids == []
     assert "first failure: rank 1 (exit code 1)" in launcher.describe_failure(outcome)
     # rank 0, when torchrun saw it fail too (on the lost peer, or stopped by torchrun's SIGTERM
@@ -138,8 +139,8 @@ def test_killed_rank_is_named_with_its_signal(tmp_path):
     outcome = _launch(tmp_path, "crash.py", "kill")
     assert not outcome.ok
     assert outcome.root_cause is not None
-    assert outcome.root_cause["rank"] == 1, launcher.describe_failure(outcome)
-    assert outcome.root_cause["signal"] == "SIGKILL"
+    assert outcome.root_cause.rank == 1, launcher.describe_failure(outcome)
+    assert outcome.root_cause.signal == "SIGKILL"
     assert outcome.leftover_pids == []
     assert "first failure: rank 1 (signal SIGKILL)" in launcher.describe_failure(outcome)
     assert all(c["rank"] == 0 for c in outcome.consequences), outcome.consequences

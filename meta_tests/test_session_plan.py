@@ -19,6 +19,7 @@ from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE
                                      SCHEDULE_AND_CLIP, Entry, resumed, uninterrupted)
 from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
 from fixtures.runs.spec import RunSpec
+from fixtures.launch.culprit import RootCause
 from fixtures.launch.launcher import LaunchOutcome
 from fixtures.runs.launch_guards import StackFactStops
 from fixtures.runs.result import RunResult
@@ -133,8 +134,8 @@ def test_a_cause_that_kills_two_training_runs_before_step_one_stops_the_rest(tmp
                        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
         outcome = LaunchOutcome(argv=[], env_added={}, returncode=1, timed_out=False, wall_s=17.0,
                                 console_log=tmp_path / "c", rank_logs={0: {"stderr": str(log)}},
-                                root_cause={"rank": 0, "message": "To enable traceback see: "
-                                            "https://pytorch.org/docs/stable/elastic/errors.html"})
+                                root_cause=RootCause(rank=0, message="To enable traceback see: "
+                                                     "https://pytorch.org/docs/stable/elastic/errors.html"))
         return spec, RunResult(spec=spec, key=name, run_dir=str(tmp_path), launch=outcome, steps=[])
 
     meant_to_fail = next(n for n in CATALOGUE.names(trains=False) if n in CATALOGUE.names(tiers=None))
