@@ -21,6 +21,7 @@ from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 from fixtures.launch import launcher  # noqa: E402
+from fixtures.launch.culprit import RootCause  # noqa: E402
 from fixtures.runs.plan import torchrun_argv  # noqa: E402
 
 PROGRAM = REPO / "meta_tests" / "rank_programs" / "crash.py"
@@ -37,11 +38,11 @@ def main(repeats: int) -> None:
                 tmp = Path(tmp)
                 argv = torchrun_argv(2, [str(PROGRAM), how], tmp / "logs")
                 outcome = launcher.launch([argv], tmp, {}, 60.0, nproc_per_node=2)
-                rc = outcome.root_cause or {}
-                ours[rc.get("rank")] += 1
-                torchruns[rc.get("torchrun_first_observed")] += 1
+                rc = outcome.root_cause or RootCause(rank=None)
+                ours[rc.rank] += 1
+                torchruns[rc.torchrun_first_observed] += 1
                 consequences[tuple(c["rank"] for c in outcome.consequences)] += 1
-                if rc.get("rank") != 1 or outcome.leftover_pids:
+                if rc.rank != 1 or outcome.leftover_pids:
                     wrong.append((i, launcher.describe_failure(outcome, lines=5)))
         print(f"{how}: {repeats} launches; culprit named by the launcher: {dict(ours)}; "
               f"torchrun's first observed failure: {dict(torchruns)}; "

@@ -59,22 +59,32 @@ def test_each_rank_reads_its_shard_packed_in_order(titan_runs):
             rows_seen, row_len = rows, seq_len
         actual = batch["inputs"].tolist()
         if actual != expected["inputs"]:
-            row = next(i for i, (a, e) in enumerate(zip(actual, expected["inputs"])) if a != e)
-            col = next(j for j, (a, e) in enumerate(zip(actual[row], expected["inputs"][row])) if a != e)
+            row, col = _first_difference(actual, expected["inputs"])
             fail(f"rank {rank} reads documents {expected['documents']} of its block, packed in order",
-                 expected["inputs"][row][max(0, col - 3):col + 5], actual[row][max(0, col - 3):col + 5], run,
+                 _around(expected["inputs"][row], col), _around(actual[row], col), run,
                  detail=f"first difference at row {row}, column {col} (of {rows_seen} x {row_len}); "
                         f"dataset {dataset}, tokenizer {tokenizer}")
         if batch["positions"].tolist() != expected["positions"]:
             got = batch["positions"].tolist()
-            row = next(i for i, (a, e) in enumerate(zip(got, expected["positions"])) if a != e)
-            col = next(j for j, (a, e) in enumerate(zip(got[row], expected["positions"][row])) if a != e)
+            row, col = _first_difference(got, expected["positions"])
             fail(f"rank {rank}: positions restart at 0 at every document and row",
-                 expected["positions"][row][max(0, col - 3):col + 5], got[row][max(0, col - 3):col + 5], run,
+                 _around(expected["positions"][row], col), _around(got[row], col), run,
                  detail=f"first difference at row {row}, column {col}")
         blocks.append(set(expected["documents"]))
     overlap = [(a, b) for a in range(dp) for b in range(a + 1, dp) if blocks[a] & blocks[b]]
     expect(not overlap, "no two ranks read the same document", "disjoint blocks", overlap, run)
+
+
+def _first_difference(actual: list[list[int]], expected: list[list[int]]) -> tuple[int, int]:
+    """(row, column) of the first value where two grids differ."""
+    row = next(i for i, (a, e) in enumerate(zip(actual, expected)) if a != e)
+    col = next(j for j, (a, e) in enumerate(zip(actual[row], expected[row])) if a != e)
+    return row, col
+
+
+def _around(row: list[int], col: int) -> list[int]:
+    """The values of ``row`` around column ``col``, for a failure message."""
+    return row[max(0, col - 3):col + 5]
 
 
 PACKED_ROWS = 4  # rows of the grid: a batch > 1, so the mask's per-row indexing is exercised

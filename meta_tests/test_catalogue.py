@@ -55,17 +55,10 @@ def test_each_tier_has_one_performance_run_and_it_is_a_catalogue_entry(tmp_path)
     """The performance contracts read the one entry per tier marked ``measures_performance``
     (cpu: the pretraining run; trn2: the kernel run), not a name kept in the profile; a tier
     with none or two is refused with the entries named."""
-    import json
-
     from fixtures.runs.catalogue import CATALOGUE, PRETRAIN, performance_run
-    from fixtures.tiers.tier_profile import trn2_profile
+    from meta_tests import qwen3_4b
 
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "vocab_size": 151936, "num_hidden_layers": 36, "hidden_size": 2560,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728}))
-    trn2 = trn2_profile("trn2.48xlarge", 2, model)
+    trn2 = qwen3_4b.trn2_tier(tmp_path)
     assert CATALOGUE.performance_run(cpu_profile()) == PRETRAIN
     assert CATALOGUE.performance_run(trn2) == performance_run(trn2)
     two = Catalogue([Entry("a", lambda t: DENSE_NATIVE, measures_performance=True),

@@ -5,12 +5,11 @@ step 1 (``comm.train_timeout_seconds``)."""
 
 from __future__ import annotations
 
-import json
 import typing
 
 import pytest
 
-from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507
+from meta_tests import qwen3_4b
 from fixtures.runs.plan import COMM_TIMEOUT_FLAGS, launch_plan
 from fixtures.runs.spec import RunSpec
 from fixtures.tiers import tier_profile
@@ -23,13 +22,6 @@ def _argv(tmp_path, tier):
                        hf_assets=tier.model_dir or tmp_path, dataset=tmp_path / "c4_test")
     (argv,) = plan.node_argvs
     return argv, plan
-
-
-def _trn2(tmp_path):
-    folder = tmp_path / "Qwen3-4B"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(QWEN3_4B_INSTRUCT_2507))
-    return tier_profile.trn2_profile("trn2.48xlarge", 2, folder)
 
 
 def test_the_installed_torchtitan_has_the_fields_with_the_defaults_named():
@@ -45,7 +37,7 @@ def test_a_trn2_launch_waits_as_long_as_its_compile_allowance(tmp_path):
     """trn2: start-up 1200 s + the first step's compile 3600 s before the first step ends
     (4800 s, not 300), then a compile and a step (3720 s, not 100); each is within the run's
     own limit, so the suite's timeout, not a collective's, speaks for a run that never ends."""
-    tier = _trn2(tmp_path)
+    tier = qwen3_4b.trn2_tier(tmp_path)
     argv, plan = _argv(tmp_path, tier)
     init = int(argv[argv.index(COMM_TIMEOUT_FLAGS[0]) + 1])
     train = int(argv[argv.index(COMM_TIMEOUT_FLAGS[1]) + 1])
@@ -64,7 +56,7 @@ def test_the_installed_torchtitan_accepts_the_flags(tmp_path):
     own ConfigManager, on the cpu module's dense_native)."""
     from torchtitan.config.manager import ConfigManager
 
-    argv, _ = _argv(tmp_path, _trn2(tmp_path))
+    argv, _ = _argv(tmp_path, qwen3_4b.trn2_tier(tmp_path))
     flags = [a for i, a in enumerate(argv) if a in COMM_TIMEOUT_FLAGS or argv[i - 1] in COMM_TIMEOUT_FLAGS]
     config = ConfigManager().parse_args(["--module", tier_profile.CPU_MODULE, "--config", "dense_native", *flags])
     assert (config.comm.init_timeout_seconds, config.comm.train_timeout_seconds) == (4800, 3720)

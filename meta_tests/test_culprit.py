@@ -264,3 +264,24 @@ def test_a_report_cut_before_its_root_cause_is_read_block_by_block():
     first, second = culprit.parse_failures(text)
     assert (first.rank, first.exitcode, first.message, first.traceback) == (1, None, "E: first", "E: first")
     assert (second.rank, second.exitcode, second.message, second.traceback) == (2, 1, "", "")
+
+
+def test_the_root_cause_is_the_verdicts_culprit_and_reads_back_from_its_record(tmp_path):
+    """``LaunchOutcome.root_cause`` is a ``RootCause``: the culprit ``decide`` chose (with the
+    rank torchrun named beside it), else torchrun's own "Root Cause" block; on disk the plain
+    object ``to_dict`` writes, and a record written before the type (torchrun's block had no
+    ``message`` key) reads back with every field."""
+    victim = _error_file(tmp_path, 0, PEER_ERROR, 1000.0)
+    text = _report(_block(0, 0, 1, victim), [_block(1, 1, -9, "<N/A>", "(SIGKILL)")])
+    torchrun_first = culprit.torchrun_root_cause(text)
+    assert (torchrun_first.rank, torchrun_first.exitcode, torchrun_first.signal) == (0, 1, None)
+    cause = culprit.root_cause(culprit.decide(culprit.parse_failures(text)), torchrun_first)
+    assert (cause.rank, cause.signal, cause.how(), cause.torchrun_first_observed) == (1, "SIGKILL", "signal SIGKILL", 0)
+    assert culprit.RootCause.from_dict(json.loads(json.dumps(cause.to_dict()))) == cause
+    assert culprit.root_cause(None, torchrun_first) is torchrun_first
+    assert culprit.torchrun_root_cause("no report") is None and culprit.RootCause.from_dict(None) is None
+    old = {"rank": 1, "exitcode": -6, "signal": "SIGABRT", "traceback": "", "reason": "torchrun's first observed failure",
+           "torchrun_first_observed": 1}
+    read = culprit.RootCause.from_dict(old)
+    assert (read.rank, read.message, read.how()) == (1, None, "signal SIGABRT")
+    assert read.to_dict() == {**old, "message": None}

@@ -23,21 +23,23 @@ def test_unlisted():
 """
 
 
-def _write_expectations(pytester, lines):
+def _session(pytester, tests: str, lines: list[str]) -> tuple[str, ...]:
+    """A throw-away session of the test file ``tests`` with the expectation ``lines`` for this
+    stack: the arguments that run it under the expectations plugin."""
+    pytester.makepyfile(test_sample=tests)
     pytester.makeini("[pytest]\n")  # the throw-away session's own rootdir, not this repo's
     directory = pytester.mkdir("exp")
     (directory / f"{stack.stack_id('cpu')}.txt").write_text("\n".join(lines) + "\n")
-    return directory
+    return ("-p", "fixtures.session.expectations", "--expectations-dir", str(directory))
 
 
 def test_listed_failure_is_xfail_and_listed_pass_fails(pytester):
-    pytester.makepyfile(test_sample=TESTS)
-    directory = _write_expectations(pytester, [
+    args = _session(pytester, TESTS, [
         "# comment",
         "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1 | failure: AssertionError: upstream behaves differently",
         "test_sample.py::test_fixed_upstream | was broken | https://example.invalid/2 | failure: was broken",
     ])
-    result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory), "-rxX")
+    result = pytester.runpytest(*args, "-rxX")
     result.assert_outcomes(passed=1, xfailed=1, failed=1)
     out = result.stdout.str()
     assert "[XPASS(strict)] known deviation" in out and "was broken" in out, out
@@ -57,14 +59,12 @@ def test_known_deviation():
 def test_a_deviation_that_fails_differently_is_a_failure_naming_both(pytester, monkeypatch):
     """A listed test that fails, but not as recorded (here: its run killed at start-up), is no
     longer the deviation holding: red, with the recorded signature and the new failure."""
-    pytester.makepyfile(test_sample=DIFFERENT)
-    directory = _write_expectations(pytester, [
+    args = _session(pytester, DIFFERENT, [
         "test_sample.py::test_known_deviation | upstream differs | https://example.invalid/1 | "
         "failure: AssertionError: upstream behaves differently"])
-    args = ("-p", "fixtures.session.expectations", "--expectations-dir", str(directory), "-rxXf")
-    pytester.runpytest(*args).assert_outcomes(xfailed=1)
+    pytester.runpytest(*args, "-rxXf").assert_outcomes(xfailed=1)
     monkeypatch.setenv("BREAK_DIFFERENTLY", "1")
-    result = pytester.runpytest(*args)
+    result = pytester.runpytest(*args, "-rxXf")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "known deviation failed differently" in out and "AssertionError: upstream behaves differently" in out, out
@@ -73,21 +73,18 @@ def test_a_deviation_that_fails_differently_is_a_failure_naming_both(pytester, m
 
 def test_a_deviation_not_measured_yet_holds_for_any_failure(pytester, monkeypatch):
     """Only a deviation nobody has seen fail (expected from the docs) says ``(not measured)``."""
-    pytester.makepyfile(test_sample=DIFFERENT)
-    directory = _write_expectations(pytester, [
+    args = _session(pytester, DIFFERENT, [
         "test_sample.py::test_known_deviation | expected, not measured | https://example.invalid/1 | "
         "failure: (not measured)"])
     monkeypatch.setenv("BREAK_DIFFERENTLY", "1")
-    pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory)).assert_outcomes(
-        xfailed=1)
+    pytester.runpytest(*args).assert_outcomes(xfailed=1)
 
 
 def test_line_naming_no_test_is_warned(pytester):
-    pytester.makepyfile(test_sample=TESTS)
-    directory = _write_expectations(pytester, [
+    args = _session(pytester, TESTS, [
         "test_sample.py::test_renamed_away | gone | https://example.invalid/3 | failure: gone",
     ])
-    result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory))
+    result = pytester.runpytest(*args)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*expectation*test_renamed_away*matches no collected test*"])
 
@@ -243,9 +240,8 @@ def test_own_xfail():
 def test_a_listed_test_that_skips_and_an_unlisted_xfail_are_pytests_own(pytester):
     """The plugin judges only a listed test's xfail: a listed test that skips itself is
     skipped, an unlisted test's own xfail mark is honoured; neither is the plugin's error."""
-    pytester.makepyfile(test_sample=SKIPS)
-    directory = _write_expectations(pytester, [
+    args = _session(pytester, SKIPS, [
         "test_sample.py::test_skips_here | upstream differs | https://example.invalid/1 | failure: never seen"])
-    result = pytester.runpytest("-p", "fixtures.session.expectations", "--expectations-dir", str(directory))
+    result = pytester.runpytest(*args)
     result.assert_outcomes(skipped=1, xfailed=1)
     assert result.ret == pytest.ExitCode.OK

@@ -107,17 +107,17 @@ def test_strict_xfail_turning_into_failure_is_newly_failing(baseline):
 
 
 def test_gate_cli_exit_codes(baseline, tmp_path):
-    same = tmp_path / "same.json"
-    same.write_text(json.dumps(baseline))
-    proc = subprocess.run([sys.executable, "-m", "reports.gate", str(BASELINE), str(same)],
-                          cwd=REPO, capture_output=True, text=True)
+    def gate_cli(run: dict) -> subprocess.CompletedProcess:
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps(run))
+        return subprocess.run([sys.executable, "-m", "reports.gate", str(BASELINE), str(path)],
+                              cwd=REPO, capture_output=True, text=True)
+
+    proc = gate_cli(baseline)
     assert proc.returncode == 0 and "gate: PASS" in proc.stdout
     drifted = copy.deepcopy(baseline)
     drifted["inventory"]["packages"]["torch"] = "2.15.0"
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(drifted))
-    proc = subprocess.run([sys.executable, "-m", "reports.gate", str(BASELINE), str(bad)],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = gate_cli(drifted)
     assert proc.returncode == 1 and "version drift: torch" in proc.stdout
 
 

@@ -84,6 +84,16 @@ def versions(python: Path) -> dict[str, str]:
     return {d["name"].lower(): d["version"] for d in json.loads(out)}
 
 
+def pip(python: Path, *args: str, env: dict[str, str]) -> None:
+    subprocess.run([str(python), "-m", "pip", *args], check=True, env=env)
+
+
+def purelib(python: Path) -> Path:
+    """The environment's site-packages folder."""
+    return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+
+
 def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "VIRTUAL_ENV")}
 
@@ -107,10 +117,9 @@ def neuron_like_venv(tmp_path_factory) -> Path:
     python312 = find_python(*PYTHON_312)
     subprocess.run([str(python312), "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    *(f"{n}=={v}" for n, v in NEURON_ENV_VERSIONS.items())], check=True, env=clean_env())
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    pip(python, "install", "--quiet", "--disable-pip-version-check",
+        *(f"{n}=={v}" for n, v in NEURON_ENV_VERSIONS.items()), env=clean_env())
+    site = purelib(python)
     for name, (version, requires) in PLACEHOLDER_STACK.items():
         write_placeholder(site, name, version, requires)
     return venv
@@ -149,14 +158,13 @@ def test_install_without_network_fetches_nothing(neuron_like_venv):
     have = versions(python)
     assert {"hypothesis", "pytest-xdist", "matplotlib"} <= set(have), "runs after the first install test"
     assert "wheel" not in have
-    subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "qwen3-trn-conformance"],
-                   check=True, env=offline_env())
+    pip(python, "uninstall", "--yes", "--quiet", "qwen3-trn-conformance", env=offline_env())
     have = versions(python)
     refused = install(neuron_like_venv, offline_env())
     assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
     assert "lacks wheel (not installed; setuptools.build_meta asks for it)" in refused.stderr, refused.stderr
     assert versions(python) == have
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "wheel==0.43.0"], check=True, env=clean_env())
+    pip(python, "install", "--quiet", "wheel==0.43.0", env=clean_env())
     have = versions(python)
     proc = install(neuron_like_venv, offline_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -167,8 +175,7 @@ def test_missing_dependencies_without_network_are_named(neuron_like_venv, tmp_pa
     """Offline with a dependency missing, the install stops before writing anything and says
     which dependency it could not get and that no index answered (pip's reason, no traceback)."""
     python = neuron_like_venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "hypothesis"],
-                   check=True, env=offline_env())
+    pip(python, "uninstall", "--yes", "--quiet", "hypothesis", env=offline_env())
     have = versions(python)
     proc = install(neuron_like_venv, offline_env())
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -185,10 +192,8 @@ def test_a_requirement_the_install_would_break_stops_it_before_anything_is_writt
     stops, naming both, before anything is written; the problem that was there before is still
     not counted as the suite's."""
     python = neuron_like_venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "hypothesis"], check=True,
-                   env=clean_env())
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    pip(python, "uninstall", "--yes", "--quiet", "hypothesis", env=clean_env())
+    site = purelib(python)
     write_placeholder(site, "neuron-helper", "1.0", ["hypothesis<6"])
     try:
         have = versions(python)

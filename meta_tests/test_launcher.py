@@ -123,9 +123,10 @@ def test_raising_rank_is_named_with_its_traceback(tmp_path):
     outcome = _launch(tmp_path, "crash.py", "raise")
     assert not outcome.ok and not outcome.timed_out
     assert outcome.root_cause is not None, outcome.console_log.read_text()[-3000:]
-    assert outcome.root_cause["rank"] == 1, launcher.describe_failure(outcome)
-    assert outcome.root_cause["exitcode"] == 1
-    assert "injected failure at step 3" in outcome.root_cause["traceback"]
+    assert outcome.root_cause.rank == 1, launcher.describe_failure(outcome)
+    assert outcome.root_cause.exitcode == 1
+    assert "injected failure at step 3" in outcome.root_cause.traceback
+    assert launcher.LaunchOutcome.from_dict(outcome.to_dict()).root_cause == outcome.root_cause
     assert outcome.leftover_pids == []
     assert "first failure: rank 1 (exit code 1)" in launcher.describe_failure(outcome)
     # rank 0, when torchrun saw it fail too (on the lost peer, or stopped by torchrun's SIGTERM
@@ -138,8 +139,8 @@ def test_killed_rank_is_named_with_its_signal(tmp_path):
     outcome = _launch(tmp_path, "crash.py", "kill")
     assert not outcome.ok
     assert outcome.root_cause is not None
-    assert outcome.root_cause["rank"] == 1, launcher.describe_failure(outcome)
-    assert outcome.root_cause["signal"] == "SIGKILL"
+    assert outcome.root_cause.rank == 1, launcher.describe_failure(outcome)
+    assert outcome.root_cause.signal == "SIGKILL"
     assert outcome.leftover_pids == []
     assert "first failure: rank 1 (signal SIGKILL)" in launcher.describe_failure(outcome)
     assert all(c["rank"] == 0 for c in outcome.consequences), outcome.consequences
@@ -181,24 +182,33 @@ def _standin_slurm_tools(tmp_path: Path) -> Path:
     return bin_dir
 
 
+def _run_slurm_job(tmp_path: Path, script_text: str, env: dict[str, str]) -> str:
+    """Run a Slurm job script here (the stand-in tools first on ``env``'s PATH); the two nodes'
+    logs, once it has exited with 0."""
+    import stat
+    import subprocess
+
+    script = tmp_path / "job.sh"
+    script.write_text(script_text)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    logs = "".join((tmp_path / f"node{i}.log").read_text() for i in (1, 2))
+    assert proc.returncode == 0, proc.stderr + logs
+    return logs
+
+
 def test_slurm_script_under_standin_srun(tmp_path):
     """The Slurm script, run with stand-ins for ``scontrol`` (the node list is this host) and
     ``srun`` (one copy of the command per node, here, at once): two torchrun agents meet
     at the rendezvous and both ranks run."""
     import os
-    import stat
-    import subprocess
 
     bin_dir = _standin_slurm_tools(tmp_path)
-    script = tmp_path / "job.sh"
-    script.write_text(plan.slurm_script(2, 1, [str(PROGRAMS / "ok.py")], port=launcher.free_port()))
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
     env = dict(os.environ, PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
                SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="localhost")
-    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
-    logs = "".join((tmp_path / f"node{i}.log").read_text() for i in (1, 2))
-    assert proc.returncode == 0, proc.stderr + logs
+    logs = _run_slurm_job(tmp_path, plan.slurm_script(2, 1, [str(PROGRAMS / "ok.py")], port=launcher.free_port()),
+                          env)
     assert "rank 0 of 2" in logs and "rank 1 of 2" in logs, logs
 
 
@@ -223,8 +233,6 @@ def test_slurm_script_trn2_ranks_get_their_cores_under_standin_srun(tmp_path):
     every rank starts with NEURON_RT_VISIBLE_CORES = the node's first core + LOCAL_RANK and the
     user's own autoload setting (unset here), while its agent ran with autoload off."""
     import os
-    import stat
-    import subprocess
 
     bin_dir = _standin_slurm_tools(tmp_path)
     program = tmp_path / "cores.py"
@@ -234,16 +242,11 @@ def test_slurm_script_trn2_ranks_get_their_cores_under_standin_srun(tmp_path):
         "autoload {os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD', 'unset')}\")\n")
     out = tmp_path / "ranks"
     out.mkdir()
-    script = tmp_path / "job.sh"
-    script.write_text(plan.slurm_script(2, 2, [str(program)], port=launcher.free_port(), first_core=16))
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_DEVICE_BACKEND_AUTOLOAD",
                                                                "CONFORMANCE_USER_TORCH_DEVICE_BACKEND_AUTOLOAD")}
     env.update(PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
                SLURM_JOB_ID="4243", SLURM_JOB_NODELIST="localhost", RANK_OUT=str(out))
-    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
-    logs = "".join((tmp_path / f"node{i}.log").read_text() for i in (1, 2))
-    assert proc.returncode == 0, proc.stderr + logs
+    logs = _run_slurm_job(tmp_path, plan.slurm_script(2, 2, [str(program)], port=launcher.free_port(), first_core=16),
+                          env)
     ranks = sorted(f.read_text() for f in out.iterdir())
     assert ranks == [f"rank {r} core {16 + r % 2} autoload unset" for r in range(4)], logs

@@ -6,7 +6,6 @@ rehearsal matrix, and the rehearsal's core planned for the model it runs."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -157,16 +156,11 @@ def test_a_rehearsal_plans_the_model_dir_on_paper(tmp_path, host):
     rehearsal's own plan (its tiny model, its planned core) and the given model's memory per
     rank on the host at a real core's memory, saying which runs would not fit."""
     from meta_tests import rehearsal_env
-    from fixtures.repo import SESSION_ENV
 
-    clean = {k: v for k, v in rehearsal_env.clean_env().items()
-             if k not in (SESSION_ENV, "NEURON_RT_VISIBLE_CORES", "NEURON_LOGICAL_NC_CONFIG")}
-    proc = subprocess.run(
-        [str(rehearsal_env.require()), "-m", "pytest", "conformance/test_topology.py", "-m", "trn2 and topology and not slow",
-         "--neuron-dress-rehearsal", "--rehearsal-host", host, "--report-dir", str(tmp_path / "report"),
-         "--plan", "--trn2-model-dir", str(QWEN3_4B_DIR)],
-        cwd=REPO, env={**clean, "NEURON_REHEARSAL_LOCK_DIR": str(tmp_path / "locks")},
-        capture_output=True, text=True, timeout=600)
+    proc = rehearsal_env.rehearsal_pytest(
+        tmp_path, "conformance/test_topology.py", "-m", "trn2 and topology and not slow",
+        "--neuron-dress-rehearsal", "--rehearsal-host", host, "--report-dir", str(tmp_path / "report"),
+        "--plan", "--trn2-model-dir", str(QWEN3_4B_DIR))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "memory per rank of Qwen3-4B-Instruct-2507 ON PAPER" in out and "24 GiB a logical core" in out, out

@@ -21,6 +21,7 @@ from fixtures.repo import SESSION_ENV, WRITEUP_MODULES_DIR
 from fixtures.runs.plan import RANK_WRAPPER, launch_plan
 from fixtures.runs.spec import RunSpec, TrainingPath
 from fixtures.runs.result import compile_cache_events
+from meta_tests import qwen3_4b
 
 pytestmark = pytest.mark.meta
 
@@ -39,24 +40,6 @@ def neuron_ls_output(instance: str = "trn2.48xlarge", devices: int = 16, lnc: in
             "| DEVICE | CORES  | CORE IDS | MEMORY |     BDF      |\n"
             "+--------+--------+----------+--------+--------------+\n" + rows +
             "+--------+--------+----------+--------+--------------+\n")
-
-
-# The published Qwen3-4B-Instruct-2507 config.json, the keys the profile reads.
-QWEN3_4B_CONFIG = {
-    "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
-    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-    "max_position_embeddings": 262144, "rope_theta": 5000000, "rms_norm_eps": 1e-06,
-    "tie_word_embeddings": True,
-}
-
-
-def _model_dir(tmp_path: Path, **changes) -> Path:
-    import json
-
-    folder = tmp_path / "Qwen3-4B-Instruct-2507"
-    folder.mkdir(exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({**QWEN3_4B_CONFIG, **changes}))
-    return folder
 
 
 def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2,
@@ -85,7 +68,7 @@ def test_detection_reads_standin_trn2_host(tmp_path):
     assert found.torch_neuron != "available"
     assert any("torch.neuron" in m for m in found.missing), found.missing
     with pytest.raises(neuron_host.NeuronUnavailable, match="torch.neuron is not available"):
-        tier_profile.require_trn2(found, _model_dir(tmp_path))
+        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
 
 
 def test_lnc_env_disagreeing_with_neuron_ls_is_refused(tmp_path):
@@ -97,10 +80,10 @@ def test_lnc_env_disagreeing_with_neuron_ls_is_refused(tmp_path):
     with pytest.raises(neuron_host.NeuronUnavailable,
                        match="the LNC controls disagree: neuron-ls's logical-neuroncore-config .* says 2; "
                              "NEURON_LOGICAL_NC_CONFIG in the environment says 1"):
-        tier_profile.require_trn2(found, _model_dir(tmp_path))
+        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "2"},
                                       torch_neuron_probe=lambda: "available")
-    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).nproc_per_node == 64
+    assert tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path)).nproc_per_node == 64
 
 
 # Rows of the three layouts neuron-ls.rst has documented (aws-neuron-sdk, trn2n.48xlarge).
@@ -192,7 +175,7 @@ def test_a_host_without_instance_metadata_runs_on_the_cores_it_sees(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "16-23"},
                                       torch_neuron_probe=lambda: "available")
     assert found.instance is None and found.host == "Trainium2 host (instance type not reported)"
-    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
+    profile = tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
     assert (profile.nproc_per_node, profile.first_core) == (8, 16)
 
 
@@ -202,7 +185,7 @@ def test_unknown_instance_is_named_not_a_traceback(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                     torch_neuron_probe=lambda: "available")
     with pytest.raises(neuron_host.NeuronUnavailable, match="instance type 'trn3.48xlarge' is not one the suite knows"):
-        tier_profile.require_trn2(found, _model_dir(tmp_path))
+        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
 
 
 @pytest.mark.parametrize("instance", ["trn2n.48xlarge", "trn2u.48xlarge"])
@@ -212,7 +195,7 @@ def test_the_other_trn2_48xlarge_types_are_known(tmp_path, instance):
     dev, bin_dir = _standin_host(tmp_path, instance=instance)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                        torch_neuron_probe=lambda: "available")
-    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).nproc_per_node == 64
+    assert tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path)).nproc_per_node == 64
 
 
 def test_trn1_is_refused_with_the_reason(tmp_path):
@@ -220,7 +203,7 @@ def test_trn1_is_refused_with_the_reason(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
                                        torch_neuron_probe=lambda: "available")
     with pytest.raises(neuron_host.NeuronUnavailable, match="Trainium1 devices: TorchNeuron needs Trainium2 or Trainium3"):
-        tier_profile.require_trn2(found, _model_dir(tmp_path))
+        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
 
 
 def test_ranks_are_the_cores_the_host_exposes(tmp_path):
@@ -228,7 +211,7 @@ def test_ranks_are_the_cores_the_host_exposes(tmp_path):
     dev, bin_dir = _standin_host(tmp_path)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
                                        env={"NEURON_RT_VISIBLE_CORES": "32-47,48-63"})
-    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
+    profile = tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
     assert (profile.nproc_per_node, profile.first_core) == (32, 32)
     plan = _plan(tmp_path, profile, RunSpec(config="dense_native", steps=10, nnodes=2))
     assert [_core_base(argv) for argv in plan.node_argvs] == ["32", "48"]
@@ -250,7 +233,7 @@ def test_views_of_the_cores_that_disagree_are_a_usage_error(tmp_path, devices, l
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env=env,
                                        torch_neuron_probe=lambda: "available")
     with pytest.raises(neuron_host.NeuronUnavailable, match=message):
-        tier_profile.require_trn2(found, _model_dir(tmp_path))
+        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
 
 
 def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_devices(tmp_path):
@@ -264,7 +247,7 @@ def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_de
             node.unlink()
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                       torch_neuron_probe=lambda: "available")
-    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
+    profile = tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
     assert (profile.nproc_per_node, profile.first_core, found.cores) == (8, 16, list(range(16, 24)))
     assert "the cores of /dev/neuron{4,5} (8 of the 64 neuron-ls lists" in found.core_source, found.core_source
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "20-23"},
@@ -274,7 +257,7 @@ def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_de
                                       torch_neuron_probe=lambda: "available")
     with pytest.raises(neuron_host.NeuronUnavailable,
                        match=r"NEURON_RT_VISIBLE_CORES=0-3 names cores .* \(/dev/neuron\* hold 16-23\)"):
-        tier_profile.require_trn2(found, _model_dir(tmp_path))
+        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
 
 
 def test_lnc_env_and_compiler_flag_disagreeing_is_named(tmp_path):
@@ -282,7 +265,7 @@ def test_lnc_env_and_compiler_flag_disagreeing_is_named(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
                                     env={topology.LNC_ENV: "2", "NEURON_CC_FLAGS": "--lnc=1"})
     with pytest.raises(neuron_host.NeuronUnavailable, match="must agree"):
-        tier_profile.require_trn2(found, _model_dir(tmp_path))
+        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
 
 
 def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
@@ -294,7 +277,7 @@ def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
         tier_profile.require_trn2(found, None)
     with pytest.raises(neuron_host.NeuronUnavailable, match="has no config.json"):
         tier_profile.require_trn2(found, tmp_path / "empty")
-    profile = tier_profile.require_trn2(found, _model_dir(tmp_path))
+    profile = tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
     assert (profile.vocab_size, profile.nproc_per_node) == (151936, 64)
 
 
@@ -311,7 +294,7 @@ def test_neuron_ls_off_path_is_found_in_the_tools_folder_and_said(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), env=env, torch_neuron_probe=lambda: "available")
     assert found.neuron_ls_path == str(bin_dir / "neuron-ls") and found.instance == "trn2.48xlarge"
     assert found.neuron_ls_where.startswith(f"in {bin_dir}, not on PATH"), found.neuron_ls_where
-    assert tier_profile.require_trn2(found, _model_dir(tmp_path)).detection.neuron_ls_where == found.neuron_ls_where
+    assert tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path)).detection.neuron_ls_where == found.neuron_ls_where
     from reports import neuron_debug  # the failure bundle's neuron-ls -a, found there too
 
     assert "instance-type: trn2.48xlarge" in neuron_debug.neuron_ls_all(env)
@@ -338,7 +321,7 @@ def _plan(tmp_path: Path, tier, spec):
 
 
 def test_trn2_launch_line_has_64_ranks_and_lnc_env(tmp_path):
-    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
+    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path))
     plan = _plan(tmp_path, tier, RunSpec(config="dense_native", steps=10))
     (argv,) = plan.node_argvs
     assert "--nproc_per_node=64" in argv
@@ -356,7 +339,7 @@ def test_trn2_launch_line_has_64_ranks_and_lnc_env(tmp_path):
 def test_two_agents_on_one_host_split_the_cores(tmp_path):
     """Two torchrun agents count LOCAL_RANK from 0 each: the second agent's ranks are
     offset by the first's, so NEURON_RT_VISIBLE_CORES never names a core twice."""
-    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
+    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path))
     plan = _plan(tmp_path, tier, RunSpec(config="dense_native", steps=10, nnodes=2))
     assert len(plan.node_argvs) == 2 and plan.nproc_per_node == 32
     assert [_core_base(argv) for argv in plan.node_argvs] == ["0", "32"]
@@ -370,7 +353,7 @@ def test_each_trn2_rank_is_pinned_before_its_interpreter_starts(tmp_path):
     so the trn2 line pins each rank's core in a wrapper torchrun runs with ``--no-python``,
     which then execs this interpreter on ``-m torchtitan.train``; the agent itself runs with
     autoload off (in the recorded command), and the wrapper gives the rank the user's setting."""
-    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
+    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path))
     for path in ("native", "hf_backend"):
         plan = _plan(tmp_path, tier, RunSpec(config="dense_native" if path == "native" else "hf_backend",
                                              steps=10, path=TrainingPath(path)))
@@ -385,7 +368,7 @@ def test_each_trn2_rank_is_pinned_before_its_interpreter_starts(tmp_path):
 def test_timeouts_come_from_the_profile(tmp_path):
     """A trn2 run's limit includes start-up (weights) and first-step compilation; a spec's
     own timeout wins."""
-    trn2 = tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))
+    trn2 = tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path))
     cpu = tier_profile.cpu_profile()
     spec = RunSpec(config="dense_native", steps=10)
     assert _plan(tmp_path, trn2, spec).timeout_s == trn2.timeouts.startup_s + trn2.timeouts.compile_s + 10 * trn2.timeouts.step_s
@@ -442,7 +425,7 @@ def test_compiles_are_counted_by_the_documented_sequence():
 def test_the_suite_does_not_force_compiler_wrapper_flags(tmp_path):
     """--retry_failed_compilation is the torch-xla flow's wrapper flag (neuron-caching.rst):
     the ranks get NEURON_CC_FLAGS as the user set it, and both cache settings."""
-    env = dict(tier_profile.trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path)).rank_env)
+    env = dict(tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path)).rank_env)
     assert "NEURON_CC_FLAGS" not in env
     assert env["NEURON_COMPILE_CACHE_URL"] == env["TORCH_NEURONX_NEFF_CACHE_DIR"] == tier_profile.DOCS_COMPILE_CACHE
 

@@ -27,12 +27,13 @@ def test_the_probe_table_lists_every_probe_module_and_file():
     """A probe module not in the registry never runs; the docs' table comes from the registry:
     every module of the package with a ``Writer`` is registered, and each of its files is a row."""
     from fixtures.rank.probes import registry
+    from fixtures.rank.probes.spec import specs_of
 
     modules = {p.stem for p in (REPO / "fixtures" / "rank" / "probes").glob("*.py")
                if "class Writer(Base)" in p.read_text()}
     assert modules == set(registry.NAMES), modules ^ set(registry.NAMES)
     rows = readme_tables.probes_table()[2:]
-    assert len(rows) == sum(len(m.SPECS) for m in registry.PROBES)
+    assert len(rows) == sum(len(specs_of(m)) for m in registry.PROBES)
     assert any("`parallel`" in r and "`test_topology.py`" in r for r in rows)  # read-by is found
 
 

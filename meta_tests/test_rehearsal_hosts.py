@@ -17,26 +17,18 @@ from pathlib import Path
 import pytest
 
 from fixtures.tiers import rehearsal
-from fixtures.repo import SESSION_ENV
 from meta_tests import rehearsal_env
 
 pytestmark = pytest.mark.meta
 
-from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 HOSTS = rehearsal.host_names()
 
 
 def _session(tmp_path: Path, host: str, *args: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in rehearsal_env.clean_env().items()
-             if k not in (SESSION_ENV, "NEURON_RT_VISIBLE_CORES", "NEURON_LOGICAL_NC_CONFIG")}
-    return subprocess.run(
+    return rehearsal_env.rehearsal_pytest(
         # the topology area's file alone: the same selection, without collecting every other area
-        [str(rehearsal_env.require()), "-m", "pytest", "conformance/test_topology.py",
-         "-m", "trn2 and topology and not slow",
-         "--neuron-dress-rehearsal", "--rehearsal-host", host, "--report-dir", str(tmp_path / "report"),
-         *args],
-        cwd=REPO, env={**clean, "NEURON_REHEARSAL_LOCK_DIR": str(tmp_path / "locks")},
-        capture_output=True, text=True, timeout=600)
+        tmp_path, "conformance/test_topology.py", "-m", "trn2 and topology and not slow",
+        "--neuron-dress-rehearsal", "--rehearsal-host", host, "--report-dir", str(tmp_path / "report"), *args)
 
 
 def test_the_matrix_has_the_hosts_users_have():
@@ -128,14 +120,9 @@ def test_a_container_like_host_launches_both_paths(tmp_path):
     run launched here (``--fresh-runs``: none reused from the run cache): the dense native run trains
     and the binding contracts pass with the neighbour named and left out; the hf_backend run
     launches and fails as recorded (strict xfail with its pinned reason)."""
-    clean = {k: v for k, v in rehearsal_env.clean_env().items()
-             if k not in (SESSION_ENV, "NEURON_RT_VISIBLE_CORES", "NEURON_LOGICAL_NC_CONFIG")}
-    proc = subprocess.run(
-        [str(rehearsal_env.require()), "-m", "pytest", *LAUNCHES, "-m", "trn2", "--neuron-dress-rehearsal",
-         "--rehearsal-host", "pod-with-neighbour", "--fresh-runs",
-         "--report-dir", str(tmp_path / "report"), "-p", "no:randomly"],
-        cwd=REPO, env={**clean, "NEURON_REHEARSAL_LOCK_DIR": str(tmp_path / "locks")},
-        capture_output=True, text=True, timeout=900)
+    proc = rehearsal_env.rehearsal_pytest(
+        tmp_path, *LAUNCHES, "-m", "trn2", "--neuron-dress-rehearsal", "--rehearsal-host", "pod-with-neighbour",
+        "--fresh-runs", "--report-dir", str(tmp_path / "report"), "-p", "no:randomly", timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert re.search(r"\b2 passed, 1 xfailed\b", out), out

@@ -97,8 +97,8 @@ def test_each_way_a_run_needs_another_is_one_kind_of_the_relation(tmp_path):
     a resume and behind the trusted resume source, the unclipped run behind a clipping
     threshold; a run that needs nothing lists nothing."""
     from fixtures.runs import catalogue as c
-    from fixtures.runs.needs import NeedKind, needs_of
-    from fixtures.runs.spec import Checkpoint
+    from fixtures.runs.needs import Need, NeedKind, input_need, needs_of
+    from fixtures.runs.spec import Checkpoint, ResumeSource
 
     tier = cpu_profile()
     inputs = RunInputs(tier, Assets(tmp_path), tmp_path)
@@ -113,6 +113,9 @@ def test_each_way_a_run_needs_another_is_one_kind_of_the_relation(tmp_path):
     assert kinds(c.LOAD_TRUSTED_LR0_EXPORT) == [(NeedKind.CHECKPOINT, c.LOAD_TIED_TRAIN_EXPORT)]
     assert kinds(DENSE_NATIVE) == [] and kinds(c.LOAD_TIED_TRAIN_EXPORT) == []
     assert needs_of(dataclasses.replace(DENSE_NATIVE, load=Checkpoint.HF_TIED), inputs) == []
+    # an input asked for alone (a contract's checkpoint folder) is needed as what it is
+    assert input_need(ResumeSource.TRUSTED, inputs) == Need(NeedKind.RESUME_CHECKPOINT, c.uninterrupted(tier))
+    assert input_need(Checkpoint.PRETRAINED, inputs) == Need(NeedKind.CHECKPOINT, c.PRETRAIN)
 
 
 def test_a_run_the_catalogue_lacks_is_refused_before_any_run_it_needs_is_launched(tmp_path):

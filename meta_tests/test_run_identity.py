@@ -76,9 +76,9 @@ def test_the_kernel_path_torch_takes_is_part_of_the_key(tmp_path, monkeypatch):
 
 
 def _tiers(tmp_path):
-    from meta_tests.test_platform import _model_dir
+    from meta_tests import qwen3_4b
 
-    return [cpu_profile(), trn2_profile("trn2.48xlarge", 2, _model_dir(tmp_path))]
+    return [cpu_profile(), qwen3_4b.trn2_tier(tmp_path)]
 
 
 def test_two_runs_never_share_a_description(tmp_path):

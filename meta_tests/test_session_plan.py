@@ -10,6 +10,7 @@ from collections import namedtuple
 import pytest
 
 from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507
+from meta_tests import qwen3_4b
 from fixtures.runs import session_plan
 from fixtures.runs.cache import RunCache
 from fixtures.runs.launch_guards import SessionBudgetSpent
@@ -17,20 +18,14 @@ from fixtures.data.assets import Assets
 from fixtures.runs.inputs import RunInputs
 from fixtures.runs.catalogue import (ADAMW_STEPS, CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_OPTIMIZER_TENSORS, Catalogue,
                                      SCHEDULE_AND_CLIP, Entry, resumed, uninterrupted)
-from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
+from fixtures.tiers.tier_profile import cpu_profile
 from fixtures.runs.spec import RunSpec
+from fixtures.launch.culprit import RootCause
 from fixtures.launch.launcher import LaunchOutcome
 from fixtures.runs.launch_guards import StackFactStops
 from fixtures.runs.result import RunResult
 
 pytestmark = pytest.mark.meta
-
-
-def _trn2(tmp_path):
-    folder = tmp_path / "Qwen3-4B-Instruct-2507"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(QWEN3_4B_INSTRUCT_2507))
-    return trn2_profile("trn2.48xlarge", 2, folder)
 
 
 def test_qwen3_4b_parameters_and_what_a_launch_writes(tmp_path):
@@ -45,7 +40,7 @@ def test_qwen3_4b_parameters_and_what_a_launch_writes(tmp_path):
     assert 4.0e9 < params < 4.05e9, params
     block = session_plan.dense_layer_parameters(QWEN3_4B_INSTRUCT_2507)
     assert 0.10e9 < block < 0.102e9, block
-    tier = _trn2(tmp_path)
+    tier = qwen3_4b.trn2_tier(tmp_path)
     dumps = session_plan.launch_disk_bytes(DENSE_NATIVE_OPTIMIZER_TENSORS, tier, 64)
     plain = session_plan.launch_disk_bytes(DENSE_NATIVE, tier, 64)
     assert 5.0e9 < dumps < 5.2e9 and plain < 1e9, (dumps, plain)  # 4.84 GB and 64 ranks of logs
@@ -55,7 +50,7 @@ def test_qwen3_4b_parameters_and_what_a_launch_writes(tmp_path):
 
 
 def test_the_plan_serves_specs_that_differ_only_in_records_with_one_launch(tmp_path):
-    plan = session_plan.plan(CATALOGUE, _trn2(tmp_path))
+    plan = session_plan.plan(CATALOGUE, qwen3_4b.trn2_tier(tmp_path))
     served = [p for p in plan.launches if "dense_native_optimizer_tensors" in p.names]
     assert len(served) == 1 and served[0].names == ("dense_native_optimizer_tensors", "schedule_and_clip")
     assert served[0].spec.record_optimizer_steps == ADAMW_STEPS
@@ -67,7 +62,7 @@ def test_a_launch_with_another_microbatch_shape_is_another_graph(tmp_path):
     """A NEFF is compiled for its input shapes: two launches that differ only in the local
     batch (or the sequence length) are two graphs; in the steps, one."""
 
-    tier = _trn2(tmp_path)
+    tier = qwen3_4b.trn2_tier(tmp_path)
     launches = [session_plan.PlannedLaunch(("a",), RunSpec(config="dense_native", **kw), 64, 1.0, 0)
                 for kw in ({}, {"local_batch": 2}, {"seq_len": 8192}, {"steps": 3})]
     assert len({launch.graph for launch in launches}) == 3
@@ -75,7 +70,7 @@ def test_a_launch_with_another_microbatch_shape_is_another_graph(tmp_path):
 
 
 def test_the_disk_preflight_refuses_with_the_figures(tmp_path, monkeypatch):
-    plan = session_plan.plan(CATALOGUE, _trn2(tmp_path))
+    plan = session_plan.plan(CATALOGUE, qwen3_4b.trn2_tier(tmp_path))
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10**9))
     with pytest.raises(session_plan.NotEnoughDisk, match=r"which has 1 GB free"):
@@ -133,8 +128,8 @@ def test_a_cause_that_kills_two_training_runs_before_step_one_stops_the_rest(tmp
                        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
         outcome = LaunchOutcome(argv=[], env_added={}, returncode=1, timed_out=False, wall_s=17.0,
                                 console_log=tmp_path / "c", rank_logs={0: {"stderr": str(log)}},
-                                root_cause={"rank": 0, "message": "To enable traceback see: "
-                                            "https://pytorch.org/docs/stable/elastic/errors.html"})
+                                root_cause=RootCause(rank=0, message="To enable traceback see: "
+                                                     "https://pytorch.org/docs/stable/elastic/errors.html"))
         return spec, RunResult(spec=spec, key=name, run_dir=str(tmp_path), launch=outcome, steps=[])
 
     meant_to_fail = next(n for n in CATALOGUE.names(trains=False) if n in CATALOGUE.names(tiers=None))

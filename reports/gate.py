@@ -56,16 +56,10 @@ class GateResult:
     def text(self) -> str:
         out = [f"gate: {'PASS' if self.ok else 'FAIL'}"
                + (f" (baseline of stack {self.baseline_stack})" if self.baseline_stack else "")]
-        if self.evidence_mismatch:
-            out.append(f"  {self.evidence_mismatch}")
-        if self.baseline_problem:
-            out.append(f"  {self.baseline_problem}")
-        if self.incomplete:
-            out.append("  the run's report is incomplete (interrupted session)")
-        if self.other_suite:
-            out.append(f"  {self.other_suite}")
-        if self.other_machine:
-            out.append(f"  {self.other_machine}")
+        notes = (self.evidence_mismatch, self.baseline_problem,
+                 "the run's report is incomplete (interrupted session)" if self.incomplete else None,
+                 self.other_suite, self.other_machine)
+        out += [f"  {note}" for note in notes if note]
         for name, before, after in self.drift:
             out.append(f"  version drift: {name}: {before or 'not installed'} -> {after or 'not installed'}")
         for title, ids in (("newly failing", self.newly_failing), ("missing", self.missing),

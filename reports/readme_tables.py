@@ -70,6 +70,7 @@ def probes_table(root: Path = REPO) -> list[str]:
     """One row per probe file (``fixtures.rank.probes``, registry order), with the contract files
     and harness modules that read it (``probes.<name>`` in their source)."""
     from fixtures.rank.probes import registry
+    from fixtures.rank.probes.spec import specs_of
 
     readers = [*sorted((root / "conformance").glob("test_*.py")), *sorted((root / "fixtures" / "runs").glob("*.py")),
                *sorted((root / "fixtures" / "data").glob("*.py"))]
@@ -78,7 +79,7 @@ def probes_table(root: Path = REPO) -> list[str]:
     for module in registry.PROBES:
         name = module.__name__.rsplit(".", 1)[1]
         readers = [f for f, text in sources.items() if re.search(rf"\bprobes\.{name}\b", text)]
-        for spec in module.SPECS:
+        for spec in specs_of(module):
             lines.append(f"| `{name}` | `{spec.pattern}` | {spec.format.value} | "
                          f"{f'`{spec.opt_in}`' if spec.opt_in else 'always'} | {spec.about} | "
                          f"{', '.join(f'`{r}`' for r in readers) or '-'} |")

@@ -143,32 +143,27 @@ def render(report: dict, gate_result=None) -> str:
             lines.append(f"- `{c['nodeid']}` {first.strip()}"
                          + (f" (repro bundle: `{c['repro_bundle']}`)" if c.get("repro_bundle") else ""))
         lines.append("")
-    known = [c for c in contracts if c["outcome"] == "xfailed"]
-    if known:
-        lines += ["## Known upstream deviations (strict xfail)", ""]
-        lines += [f"- `{c['nodeid']}`: {(c.get('message') or '').strip()[:300]}" for c in known]
-        lines.append("")
-    skipped = [c for c in contracts if c["outcome"] == "skipped"]
-    if skipped:
-        lines += ["## Skipped (not passing)", ""]
-        lines += [f"- `{c['nodeid']}`: {(c.get('message') or '').strip()[:200]}" for c in skipped]
-        lines.append("")
-    not_launched = report.get("not_launched") or []
-    if not_launched:
-        lines += ["## Not launched (--session-budget-s spent)", ""]
-        lines += [f"- `{n['run']}` on {n['tier']}" for n in not_launched]
-        lines.append("")
-    not_covered = report.get("not_covered") or []
-    if not_covered:
-        lines += ["## Not covered on this tier", ""]
-        lines += [f"- `{n['test']}` on {n['tier']}{' (rehearsal)' if n.get('rehearsal') else ''}: {n['reason']}"
-                  for n in not_covered]
-        lines.append("")
+    lines += _listed("Known upstream deviations (strict xfail)",
+                     [f"- `{c['nodeid']}`: {(c.get('message') or '').strip()[:300]}"
+                      for c in contracts if c["outcome"] == "xfailed"])
+    lines += _listed("Skipped (not passing)",
+                     [f"- `{c['nodeid']}`: {(c.get('message') or '').strip()[:200]}"
+                      for c in contracts if c["outcome"] == "skipped"])
+    lines += _listed("Not launched (--session-budget-s spent)",
+                     [f"- `{n['run']}` on {n['tier']}" for n in report.get("not_launched") or []])
+    lines += _listed("Not covered on this tier",
+                     [f"- `{n['test']}` on {n['tier']}{' (rehearsal)' if n.get('rehearsal') else ''}: {n['reason']}"
+                      for n in report.get("not_covered") or []])
     lines += _runs_section(report)
     lines += performance_section(report)
     if gate_result is not None:
         lines += ["## Against the baseline", "", "```", gate_result.text(), "```", ""]
     return "\n".join(lines)
+
+
+def _listed(title: str, items: list[str]) -> list[str]:
+    """A section of the summary listing ``items``; nothing where there are none."""
+    return [f"## {title}", "", *items, ""] if items else []
 
 
 def performance_section(report: dict) -> list[str]:

@@ -89,27 +89,29 @@ _STACK: list[tuple[tuple[int, ...], int]] = []
 
 # --- what the kernel body sees (stand-ins of nl.program_ndim / num_programs / program_id) ---
 
+def _grid() -> tuple[int, ...]:
+    """The innermost launch's grid; () outside any launch."""
+    return _STACK[-1][0] if _STACK else ()
+
+
 def program_ndim() -> int:
     """Dimensions of the launch grid: 0 outside an SPMD launch (nki-library's
     ``get_program_sharding_info`` then uses 1 program, id 0)."""
-    launch = _STACK[-1] if _STACK else None
-    return 0 if launch is None else len(launch[0])
+    return len(_grid())
 
 
 def num_programs(axes: int = 0) -> int:
-    launch = _STACK[-1] if _STACK else None
-    if launch is None or not launch[0]:
-        return 1
-    return launch[0][axes]
+    grid = _grid()
+    return grid[axes] if grid else 1
 
 
 def program_id(axis: int = 0) -> int:
-    launch = _STACK[-1] if _STACK else None
-    if launch is None or not launch[0]:
+    grid = _grid()
+    if not grid:
         return 0
     if axis != 0:
-        raise IndexError(f"launch grid {launch[0]} has no axis {axis}")
-    return launch[1]
+        raise IndexError(f"launch grid {grid} has no axis {axis}")
+    return _STACK[-1][1]
 
 
 # --- the three LNC degrees ---
