@@ -593,10 +593,14 @@ def test_the_check_composes_its_verdict_from_the_contracts_performance_and_selec
     assert not written["passed"] and written["outcome"] == Outcome.FAIL and "promote" not in written
     result.performance = {"verdict": "SLOWER", "passed": True, "accepted": True}  # --accept-performance
     assert result.passed
-    both = UpgradeResult(breaks, selection=["conformance/test_x.py"], candidates=[], partial=True,
+    both = UpgradeResult(breaks, selection=["conformance/test_x.py", "-m", "cpu"], candidates=[], partial=True,
                          performance={"verdict": "LARGER+INCONCLUSIVE", "passed": False})
     assert both.to_json()["verdict"] == (breaks["verdict"] + "; performance LARGER+INCONCLUSIVE (on the selection "
-                                         "`pytest conformance/test_x.py`; not a promotion)")
+                                         "`pytest conformance/test_x.py -m cpu`; not a promotion)")
+    figures = UpgradeResult(keeps, ["conformance", "-m", "cpu"], [], False, performance={"verdict": "FIGURES ONLY",
+                                                                                          "passed": True})
+    assert figures.passed and figures.to_json()["verdict"] == (
+        keeps["verdict"] + "; performance not judged (figures only: no A/A series of this host type)")
     assert breaks["verdict"].startswith("FAIL: 1 newly failing") and not both.passed
 
 
@@ -619,6 +623,8 @@ def test_upgrade_json_holds_each_part_the_check_found():
     full = UpgradeResult(comparison, ["conformance", "-m", "cpu"], [], False, performance={"verdict": "PASS",
                          "passed": True}, bisected=True, promote=["cp a b"], constraints="c.txt").to_json()
     assert full["performance"] == {"verdict": "PASS", "passed": True} and full["bisect"] is None
+    found = {"environments_built": 2, "attribution": {"a": "x==1"}}
+    assert UpgradeResult(comparison, [], [], True, bisect=found, bisected=True).to_json()["bisect"] == found
     assert full["promote"] == ["cp a b"] and full["constraints"] == "c.txt"
 
 
