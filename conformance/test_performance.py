@@ -6,7 +6,10 @@ launches anyway; trn2: the write-up's run with its RoPE kernel override on every
 steps). Its figures come from torchtitan's own metric
 processor on every rank (``time_metrics/end_to_end(s)``, ``throughput(tps)``,
 ``memory/max_reserved(GiB)``), split into warm-up and steady state by the rule of
-``fixtures.oracles.performance`` (stated and tested there, not "skip step 1"). The figures go into
+``fixtures.oracles.performance`` (stated and tested there, not "skip step 1"). On trn2 device
+memory is also read where the runtime counts it: each rank's core's driver counters by
+category after a synchronize (``fixtures.rank.probes.device_memory``), the allocator's reserved
+peak leaving out the runtime's code, constants, scratchpad, DMA rings and collectives. The figures go into
 ``report.json`` (``measured.performance``) and ``summary.md`` with their spread; the upgrade
 check compares them between stacks with the measured noise model (``upgrades.perf_compare``).
 A slower step is never a red here: whether a step is slow is a comparison, not a threshold on

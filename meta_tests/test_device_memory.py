@@ -157,7 +157,8 @@ def test_the_more_scratchpad_release_changes_one_number():
 
 def _compiled(tmp_path, stack, index, first_step_s, state="cold"):
     launch = _launch(tmp_path, stack, index)
-    launch.figures["compile_cache"] = {"cold": {"compiled": 4, "cached": 0, "cached_failure": 0},
+    launch.figures["compile_cache"] = {"cold": {"compiled": 2, "cached": 2, "cached_failure": 0},  # 2 ranks
+                                       "mixed": {"compiled": 1, "cached": 3, "cached_failure": 0},
                                        "warm": {"compiled": 0, "cached": 4, "cached_failure": 0}}[state]
     for rank in launch.figures["ranks"].values():
         rank["first_step_s"] = first_step_s * (1 + 0.02 * index)
@@ -177,7 +178,7 @@ def test_a_slower_compile_on_a_cold_cache_is_flagged(tmp_path):
     warm = [_compiled(tmp_path, "trusted", 9, 0.33, state="warm")]
     page = "\n".join(perf_compare.render(verdict, POLICY, trusted + slow, warm))
     assert "## Performance: SLOWER COMPILE" in page and "| `perf/trusted-9` | trusted | warm | 0.389 | 0 | 4 |" in page
-    assert "| `perf/candidate-1` | candidate | cold | 4.386 | 4 | 0 |" in page
+    assert "| `perf/candidate-1` | candidate | cold | 4.386 | 2 | 2 |" in page
     same = [_compiled(tmp_path, "candidate", i, 1.3) for i in range(1, 4)]
     assert perf_compare.judge(trusted + same, POLICY).verdict == "PASS"
     within = [_compiled(tmp_path, "candidate", i, 1.3 * 1.2) for i in range(1, 4)]
@@ -185,10 +186,14 @@ def test_a_slower_compile_on_a_cold_cache_is_flagged(tmp_path):
 
 
 def test_a_first_step_that_did_not_compile_cold_is_not_judged(tmp_path):
-    """A launch whose log shows cache hits did not compile: its first step is not a compile,
+    """A launch whose log shows only cache hits did not compile, one with more hits than its
+    other ranks explain found programs cached before: its first step is not a cold compile,
     so the first step is not compared (the page says which session and what its log showed);
     launches that compile nothing (cpu) have no first-step comparison at all."""
     trusted = [_compiled(tmp_path, "trusted", i, 1.3) for i in range(1, 4)]
+    mixed = [_compiled(tmp_path, "candidate", 1, 0.8, state="mixed"),
+             *[_compiled(tmp_path, "candidate", i, 1.3) for i in range(2, 4)]]
+    assert "compile cache was mixed" in perf_compare.judge(trusted + mixed, POLICY).compile_notes[0]
     hit = [_compiled(tmp_path, "candidate", 1, 0.33, state="warm"),
            *[_compiled(tmp_path, "candidate", i, 1.3) for i in range(2, 4)]]
     verdict = perf_compare.judge(trusted + hit, POLICY)
@@ -211,3 +216,42 @@ def test_trn2_sessions_compile_into_a_cache_of_their_own(tmp_path):
                                         compile_cache=tmp_path / "trusted-1" / "neuron-compile-cache")
     assert warm[warm.index("--neuron-compile-cache") + 1] == str(tmp_path / "trusted-1" / "neuron-compile-cache")
     assert "--neuron-compile-cache" not in perf_compare.session_command(Path("python"), "cpu", tmp_path / "t", [])
+
+
+def test_an_eager_kernel_launch_on_the_device_compiles_once_then_hits_the_cache(tmp_path):
+    """The stand-in's eager NKI launch on ``neuron`` tensors goes through the compile cache once
+    per process and specialization: a new cache logs one compile (``Compiler status PASS``), a
+    second process on the same cache one hit, a new shape another compile; CPU tensors none."""
+    code = """
+    import torch, torch_neuronx
+    from nkilib.core.embeddings.rope_hf import rope_hf
+    def launch(seq, device):
+        q = torch.randn(1, 2, seq, 16, device=device); k = torch.randn(1, 1, seq, 16, device=device)
+        torch_neuronx.wrap_nki(rope_hf)[2](q, k, torch.empty_like(q), torch.empty_like(k),
+                                          rope_cache=torch.randn(seq, 32, device=device))
+    for _ in range(3):
+        launch(256, "neuron")
+    launch(256, "cpu")
+    import sys
+    if len(sys.argv) > 1:
+        launch(512, "neuron")
+    """
+    cache = str(tmp_path / "neff-cache")
+    env = dict(NEURON_COMPILE_CACHE_URL=cache, NEURON_RT_VISIBLE_CORES="1", NEURON_LOGICAL_NC_CONFIG="2")
+    first = _run(code, tmp_path, **env)
+    second = _run(code, tmp_path, **env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
+    assert first.stderr.count("Compiler status PASS") == 1 and "Using a cached neff" not in first.stderr
+    assert second.stderr.count("Using a cached neff") == 1 and "Compiler status PASS" not in second.stderr
+    assert len(list(Path(cache).glob("neuronxcc-*/MODULE_*/model.neff"))) == 1
+
+
+def test_the_slower_compiler_release_changes_one_number():
+    """Release 5 changes the stand-in compiler's modelled compile time per graph only: 0.5 s to
+    2.0 s on a cache miss (four times), nothing else."""
+    release = json.loads((REPO_ROOT / "neuron_standins/releases/rehearsal.5-slow-compiler.json").read_text())
+    (change,) = release["changes"]
+    source = (REPO_ROOT / "neuron_standins/neuronx-cc" / change["file"]).read_text()
+    assert source.count(change["old"]) == 1 and release["version"].endswith("+rehearsal.5")
+    before, after = (float(text.split("=")[1].split("#")[0]) for text in (change["old"], change["new"]))
+    assert (before, after) == (0.5, 2.0)

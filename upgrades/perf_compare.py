@@ -7,7 +7,10 @@ alike. Each session's ``report.json`` holds the run's figures per rank
 (``measured.performance``, from ``fixtures.oracles.performance``); the steady steps of every launch
 feed the noise model there. The verdict is PASS, SLOWER, LARGER or LEAKING, with the figure,
 its interval and the sessions; a regression fails the upgrade unless the user accepts it
-(``--accept-performance``), and the page says so.
+(``--accept-performance``), and the page says so. On trn2 the memory compared is also the
+runtime's device total (every category of the driver's per-core counters), LEAKING is growth
+beyond the trusted stack's, and each session compiles into a new compile cache, so its first
+step is a cold compile, compared as SLOWER COMPILE (``compile_comparison``).
 
 pytest-benchmark's stored runs and ``--benchmark-compare-fail`` were considered: they time a
 function called in one process, while this figure is a step of a real multi-process torchrun
@@ -85,12 +88,17 @@ class Launch:
 
     @property
     def cache_state(self) -> str | None:
-        """"cold" (every compile a miss), "warm" (every one a hit), "mixed", or None (none)."""
+        """What the run's log shows of its compile cache: "cold" (it compiled, and every hit can
+        be another of its ranks reusing what one rank compiled: the ranks of a launch compile
+        the same programs, one at a time per cache entry, so R ranks log one miss and R-1 hits
+        per program), "warm" (no compile, only hits), "mixed" (more hits than its own ranks
+        explain: some programs were in the cache before), or None (no cache events)."""
         events = self.compile_cache or {}
         compiled, cached = events.get("compiled", 0), events.get("cached", 0) + events.get("cached_failure", 0)
+        ranks = len((self.figures or {}).get("ranks") or {}) or 1
         if not compiled and not cached:
             return None
-        return "cold" if not cached else "warm" if not compiled else "mixed"
+        return "warm" if not compiled else "cold" if cached <= compiled * (ranks - 1) else "mixed"
 
     @property
     def tokens_per_step(self) -> float:
@@ -345,7 +353,8 @@ def work_changed(launches: list[Launch]) -> str | None:
 
 
 def judge(launches: list[Launch], policy: performance.PerfPolicy, accepted: bool = False) -> Verdict:
-    """The performance verdict of interleaved launches, by ``policy``'s thresholds; NOT
+    """The performance verdict of interleaved launches (PASS, SLOWER, SLOWER COMPILE, LARGER,
+    LEAKING, INCONCLUSIVE), by ``policy``'s thresholds; NOT
     MEASURED (``measurement_problems``) whenever a launch measured nothing a verdict can rest on.
     Only a regression or INCONCLUSIVE can be accepted; NOT MEASURED can too, but stays named."""
     problems = measurement_problems(launches)
