@@ -119,19 +119,21 @@ def test_the_standin_driver_writes_the_documented_counters_and_the_probe_reads_t
     """The stand-in runtime writes its core's ``device_mem/<category>/{total,present,peak}``
     at a synchronize (the sysfs user guide's layout, under ``$NEURON_REHEARSAL_SYSFS``), with
     tensors the allocator's bytes and the runtime categories the release's share of the cap;
-    the rank probe finds the core's folder from ``NEURON_RT_VISIBLE_CORES`` and reads them."""
-    sysfs = tmp_path / "sysfs"
-    code = """
-    import torch
+    the rank probe finds the core's folder from ``NEURON_RT_VISIBLE_CORES`` and reads them; as
+    the process exits every total goes to 0 (no later reader takes them for its own)."""
+    sysfs, held = tmp_path / "sysfs", tmp_path / "while-held"
+    code = f"""
+    import shutil, torch
     x = torch.ones(1 << 16, device="neuron")
     torch.neuron.synchronize()
+    shutil.copytree({str(sysfs)!r}, {str(held)!r})  # the counters while the process holds the core
     """
     proc = _run(code, tmp_path, NEURON_REHEARSAL_SYSFS=str(sysfs), NEURON_RT_VISIBLE_CORES="5",
                 NEURON_REHEARSAL_NUM_CORES="8", NEURON_REHEARSAL_CORES_PER_DEVICE="4",
                 NEURON_REHEARSAL_CORE_MEMORY_BYTES=str(24 << 20))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    folder = device_memory.core_folder(str(sysfs), "5")
-    assert folder == str(sysfs / "neuron1" / "neuron_core1" / "stats" / "memory_usage" / "device_mem")
+    folder = device_memory.core_folder(str(held), "5")
+    assert folder == str(held / "neuron1" / "neuron_core1" / "stats" / "memory_usage" / "device_mem")
     counters = device_memory.read_counters(folder)
     assert set(counters) == {"collectives", "constants", "dma_rings", "driver_memory", "model_code",
                              "model_shared_scratchpad", "nonshared_scratchpad", "notifications",
@@ -140,7 +142,9 @@ def test_the_standin_driver_writes_the_documented_counters_and_the_probe_reads_t
     assert counters["model_code"]["total"] == 192 * KIB  # 2 x 96 MB of a 24 GiB core, at 24 MiB: 1/1024
     assert counters["model_shared_scratchpad"]["total"] == 1024 * KIB
     assert (Path(folder) / "tensors" / "present").read_text().strip() == str(4 << 16)
-    assert device_memory.core_folder(str(sysfs), "6") is None  # no counters written for core 6
+    assert device_memory.core_folder(str(held), "6") is None  # no counters written for core 6
+    after = device_memory.read_counters(device_memory.core_folder(str(sysfs), "5"))
+    assert {c["total"] for c in after.values()} == {0}  # the process ended: the runtime freed its memory
 
 
 def test_the_more_scratchpad_release_changes_one_number():

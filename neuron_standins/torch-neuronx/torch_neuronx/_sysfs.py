@@ -29,6 +29,7 @@ numbers a trn2.48xlarge's cores 0-64, i.e. logical ones; the guide does not say 
 
 from __future__ import annotations
 
+import atexit
 import os
 
 import torch
@@ -68,13 +69,18 @@ def update() -> None:
     root = os.environ.get(SYSFS_ENV)
     if not root or not torch.ops.neuron_rt.is_initialized():
         return
-    per_device = int(os.environ.get(CORES_PER_DEVICE_ENV) or 4)
-    core = _first_core()
-    device_dir = os.path.join(root, f"neuron{core // per_device}")
     current = {name: 0 for name in CATEGORIES}
     current.update(runtime_bytes())
     current["tensors"] = int(torch.accelerator.memory_allocated(0))
-    allocator_peak = int(torch.accelerator.max_memory_allocated(0))
+    if not _last:  # the runtime frees the core's memory as the process ends: its totals go to 0
+        atexit.register(_write_all, root, dict.fromkeys(CATEGORIES, 0), 0)
+    _write_all(root, current, int(torch.accelerator.max_memory_allocated(0)))
+
+
+def _write_all(root: str, current: dict[str, int], allocator_peak: int) -> None:
+    per_device = int(os.environ.get(CORES_PER_DEVICE_ENV) or 4)
+    core = _first_core()
+    device_dir = os.path.join(root, f"neuron{core // per_device}")
     base = os.path.join(device_dir, f"neuron_core{core % per_device}", "stats", "memory_usage", "device_mem")
     for name, value in current.items():
         folder = os.path.join(base, name)
