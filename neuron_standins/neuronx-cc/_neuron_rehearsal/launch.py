@@ -9,7 +9,8 @@ NeuronCore of the logical core. This module does the same on CPU tensors: it res
 three degrees from the same settings, raises where the real stack raises, and then runs the
 kernel's Python body once per program id with the launch grid visible to it through
 ``program_ndim`` / ``num_programs`` / ``program_id`` (the stand-ins of
-``nl.program_ndim`` / ``nl.num_programs`` / ``nl.program_id``). Nothing is compiled.
+``nl.program_ndim`` / ``nl.num_programs`` / ``nl.program_id``). Nothing is compiled; an eager
+launch on device tensors goes through the compile cache once per specialization (``_compiled_for_device``).
 
 Facts and their sources (aws-neuron/aws-neuron-sdk docs; "mirror" = the repository at
 commit 81ce03ae261e12925e53437a0f690478e6366155, 2026-08-21; "docs vX" = the published
@@ -228,6 +229,7 @@ def launch(kernel: NKIKernel, grid: Any, args: Sequence, kwargs: dict) -> Any:
     lnc = check_lnc(kernel.__name__, grid)
     if grid is None and lnc > 1:
         grid = (lnc,)  # specialized across all PNCs of the logical core
+    _compiled_for_device(kernel, grid, lnc, args, kwargs)
     result = None
     for pid in range(grid[0] if grid else 1):
         _STACK.append((grid or (), pid))
@@ -236,6 +238,35 @@ def launch(kernel: NKIKernel, grid: Any, args: Sequence, kwargs: dict) -> Any:
         finally:
             _STACK.pop()
     return result
+
+
+# The kernel launches this process has compiled or loaded from the cache (a NEFF is loaded once).
+_LOADED: set[str] = set()
+
+
+def _compiled_for_device(kernel: NKIKernel, grid, lnc: int, args: Sequence, kwargs: dict) -> None:
+    """An eager launch on ``neuron`` tensors goes through the compile cache once per process and
+    kernel specialization (its name, grid, LNC, and its tensors' shapes and dtypes), so its
+    first launch is a compile on a cold cache and a cache hit on a warm one
+    (``_neuron_rehearsal.compile_cache``: neuron-caching.rst's layout and lines, the release's
+    modelled compile time). ASSUMED: the docs say NKI kernels run in eager mode ("NKI kernels
+    function in both eager and torch.compile modes", frameworks/torch/pytorch-native-overview.rst)
+    but not that each new kernel shape is a neuronx-cc compile kept in that cache; the suite
+    already plans a kernel shape as a compile (``TierProfile.kernel_shapes``). Not when traced
+    by torch.compile (the graph's own compile covers it) nor on CPU tensors (no device)."""
+    import torch
+
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if torch.compiler.is_compiling() or not any(t.device.type == "neuron" for t in tensors):
+        return
+    key = repr((kernel.__name__, tuple(grid or ()), lnc,
+                [(tuple(t.shape), str(t.dtype)) for t in tensors]))
+    if key in _LOADED:
+        return
+    from _neuron_rehearsal import compile_cache
+
+    compile_cache.compile_or_reuse(f"NKI kernel {key}")
+    _LOADED.add(key)
 
 
 class _GridLaunch:

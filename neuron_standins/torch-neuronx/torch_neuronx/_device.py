@@ -70,7 +70,12 @@ def _is_in_bad_fork() -> bool:
 
 
 def synchronize(device=None) -> None:
-    _index(device)  # every op has completed when it returns
+    """Every op has completed when it returns; the stand-in driver's memory counters are
+    written now (``_sysfs``: the real ones change at each allocation)."""
+    _index(device)
+    from torch_neuronx import _sysfs
+
+    _sysfs.update()
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:

@@ -1,0 +1,261 @@
+"""Device memory where the runtime counts it (trn2): the stand-in driver's per-core counters,
+the rank probe that reads them, the figures made of them, and the upgrade verdict on them
+(LARGER on the runtime's total, LEAKING on the allocated bytes' growth beyond the trusted
+stack's), on synthetic launches; the stand-in release that adds scratchpad is the one change
+of its release file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fixtures.oracles import performance
+from fixtures.oracles.performance import PerfPolicy
+from fixtures.rank.probes import device_memory
+from fixtures.repo import REPO_ROOT
+from meta_tests.test_rehearsal_device import _run
+from upgrades import perf_compare
+
+pytestmark = pytest.mark.meta
+
+KIB = 1 << 10
+GIB = 1 << 30
+POLICY = PerfPolicy(slower_than=0.15, larger_than=0.03, leak_mib_per_step=1.0, why="test", judged=True)
+
+
+def _record(step, scratchpad=128 * KIB, tensors=900 * KIB, allocated=900 * KIB):
+    counters = {"model_code": 24 * KIB, "constants": 8 * KIB, "dma_rings": 32 * KIB, "collectives": 64 * KIB,
+                "model_shared_scratchpad": scratchpad, "tensors": tensors, "notifications": 0}
+    return {"step": step, "allocated_bytes": allocated, "active_bytes": allocated, "reserved_bytes": allocated,
+            "device_mem": {name: {"total": value, "peak": value * 3} for name, value in counters.items()}}
+
+
+def test_device_figures_are_the_largest_sum_of_the_totals_and_the_allocated_slope():
+    """The peak is the largest sum of the categories' ``total`` after a step (not the ``peak``
+    files: since the driver loaded, another process's too), each category its largest total,
+    and the growth the allocated bytes' slope over the steps after the warm-up only."""
+    records = [_record(s, tensors=(900 + (200 if s == 5 else 0)) * KIB,
+                       allocated=(5000 if s <= 2 else 900 + 2048 * (s - 3)) * KIB) for s in range(1, 13)]
+    figures = performance.device_figures(records, warmup_steps=2)
+    assert figures["device_peak_gib"] * GIB == (24 + 8 + 32 + 64 + 128 + 1100) * KIB
+    assert figures["device_categories_gib"]["tensors"] * GIB == 1100 * KIB
+    assert figures["device_categories_gib"]["model_shared_scratchpad"] * GIB == 128 * KIB
+    assert figures["allocated_growth_mib_per_step"] == pytest.approx(2.0)  # steps 3-12, not the warm-up's 5000 KiB
+    assert performance.device_figures([{"step": 1, "error": "no device_mem counters"}], 1) == {}
+    times = [1.0] + [0.1] * 11
+    fig = performance.rank_figures(times, [1000.0] * 12, [0.002] * 12, records)
+    assert fig.device_peak_gib == figures["device_peak_gib"] and fig.to_json()["device_categories_gib"]
+    assert performance.rank_figures(times, [1000.0] * 12, [0.002] * 12).device_peak_gib is None  # cpu: none
+
+
+def _rank(times, device_gib, growth, scratchpad_gib, capacity=0.04):
+    import statistics
+
+    return {"steady_times": list(times), "step_time_s": statistics.median(times), "tokens_per_s": 512 / statistics.median(times),
+            "tokens_per_step": 512, "peak_memory_gib": 0.0024, "memory_growth_mib_per_step": 0.0,
+            "first_step_s": 0.32, "device_peak_gib": device_gib, "allocated_growth_mib_per_step": growth,
+            "device_categories_gib": {"tensors": 0.0009, "model_shared_scratchpad": scratchpad_gib},
+            "device_headroom_gib": capacity - device_gib}
+
+
+def _launch(tmp_path, stack, index, *, device_gib=0.0041, growth=0.0, scratchpad_gib=0.0016, scale=1.0):
+    times = [0.05 * scale * (1 + 0.01 * ((i * 7 + index) % 5)) for i in range(28)]
+    ranks = {str(r): _rank(times, device_gib, growth, scratchpad_gib) for r in range(2)}
+    return perf_compare.Launch(stack, tmp_path / f"{stack}-{index}", {"ranks": ranks, "core_capacity_gib": 0.04}, "passed")
+
+
+def _series(tmp_path, **candidate):
+    trusted = [_launch(tmp_path, "trusted", i) for i in range(1, 4)]
+    return trusted + [_launch(tmp_path, "candidate", i, **candidate) for i in range(1, 4)]
+
+
+def test_more_runtime_memory_outside_the_allocator_is_larger(tmp_path):
+    """+3 GiB of scratchpad per 24 GiB core, scaled (the stand-in release 4): the allocator's
+    figure is unchanged, the runtime's total is 11.5% larger: LARGER, and the page shows the
+    categories and the headroom. Before: PASS (only the allocator's figure was compared)."""
+    launches = _series(tmp_path, device_gib=0.0041 + 0.0016 * 3 * 0.1, scratchpad_gib=0.0016 * 4)
+    verdict = perf_compare.judge(launches, POLICY)
+    assert verdict.verdict == "LARGER" and not verdict.passed
+    device = next(c for c in verdict.comparisons if c.figure == "device_peak_gib")
+    allocator = next(c for c in verdict.comparisons if c.figure == "peak_memory_gib")
+    assert device.flagged and not allocator.flagged and allocator.ratio == 1.0
+    page = "\n".join(perf_compare.render(verdict, POLICY, launches))
+    assert "| device_peak_gib (median of 3+3 launches)" in page and "| model_shared_scratchpad | 1.638 | 6.554 |" in page
+    assert "| headroom (core capacity minus total, smallest rank) |" in page
+    same = _series(tmp_path)
+    assert perf_compare.judge(same, POLICY).verdict == "PASS"
+    figures_only = perf_compare.judge(launches, PerfPolicy(0.05, 0.03, 1.0, "not measured here", judged=False))
+    assert figures_only.verdict == "FIGURES ONLY" and any(c.figure == "device_peak_gib" for c in figures_only.comparisons)
+
+
+def test_leaking_is_growth_beyond_the_trusted_stacks(tmp_path):
+    """LEAKING compares the candidate's allocated growth with the trusted stack's: a growth
+    both share (1.5 MiB/step each, above the bound alone) is not the candidate's leak; 1.5 MiB
+    more per step than the trusted stack's is. Before: judged on the candidate alone."""
+    shared = [*[_launch(tmp_path, "trusted", i, growth=1.5) for i in range(1, 4)],
+              *[_launch(tmp_path, "candidate", i, growth=1.6) for i in range(1, 4)]]
+    assert perf_compare.judge(shared, POLICY).verdict == "PASS"
+    leak = [*[_launch(tmp_path, "trusted", i, growth=1.5) for i in range(1, 4)],
+            *[_launch(tmp_path, "candidate", i, growth=3.0) for i in range(1, 4)]]
+    verdict = perf_compare.judge(leak, POLICY)
+    assert verdict.verdict == "LEAKING" and len(verdict.leaks) == 3
+    assert "allocated device memory grows 3.000 MiB per steady step, 1.500 beyond the trusted stack's 1.500" in verdict.leaks[0]
+
+
+def test_device_memory_counted_on_one_side_only_is_not_measured(tmp_path):
+    """A candidate whose ranks read no counters (a runtime without them, a folder moved) is not
+    compared with a trusted stack that had them: NOT MEASURED, naming the launches."""
+    launches = _series(tmp_path)
+    for rank in launches[-1].figures["ranks"].values():
+        rank["device_peak_gib"] = None
+    verdict = perf_compare.judge(launches, POLICY)
+    assert verdict.verdict == "NOT MEASURED"
+    assert any("counted in some launches, not in others" in p and "candidate candidate-3" in p for p in verdict.problems)
+
+
+def test_the_standin_driver_writes_the_documented_counters_and_the_probe_reads_them(tmp_path):
+    """The stand-in runtime writes its core's ``device_mem/<category>/{total,present,peak}``
+    at a synchronize (the sysfs user guide's layout, under ``$NEURON_REHEARSAL_SYSFS``), with
+    tensors the allocator's bytes and the runtime categories the release's share of the cap;
+    the rank probe finds the core's folder from ``NEURON_RT_VISIBLE_CORES`` and reads them; as
+    the process exits every total goes to 0 (no later reader takes them for its own)."""
+    sysfs, held = tmp_path / "sysfs", tmp_path / "while-held"
+    code = f"""
+    import shutil, torch
+    x = torch.ones(1 << 16, device="neuron")
+    torch.neuron.synchronize()
+    shutil.copytree({str(sysfs)!r}, {str(held)!r})  # the counters while the process holds the core
+    """
+    proc = _run(code, tmp_path, NEURON_REHEARSAL_SYSFS=str(sysfs), NEURON_RT_VISIBLE_CORES="5",
+                NEURON_REHEARSAL_NUM_CORES="8", NEURON_REHEARSAL_CORES_PER_DEVICE="4",
+                NEURON_REHEARSAL_CORE_MEMORY_BYTES=str(24 << 20))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    folder = device_memory.core_folder(str(held), "5")
+    assert folder == str(held / "neuron1" / "neuron_core1" / "stats" / "memory_usage" / "device_mem")
+    counters = device_memory.read_counters(folder)
+    assert set(counters) == {"collectives", "constants", "dma_rings", "driver_memory", "model_code",
+                             "model_shared_scratchpad", "nonshared_scratchpad", "notifications",
+                             "runtime_memory", "tensors", "uncategorized"}
+    assert counters["tensors"]["total"] == 4 << 16
+    assert counters["model_code"]["total"] == 192 * KIB  # 2 x 96 MB of a 24 GiB core, at 24 MiB: 1/1024
+    assert counters["model_shared_scratchpad"]["total"] == 1024 * KIB
+    assert (Path(folder) / "tensors" / "present").read_text().strip() == str(4 << 16)
+    assert device_memory.core_folder(str(held), "6") is None  # no counters written for core 6
+    after = device_memory.read_counters(device_memory.core_folder(str(sysfs), "5"))
+    assert {c["total"] for c in after.values()} == {0}  # the process ended: the runtime freed its memory
+
+
+def test_the_more_scratchpad_release_changes_one_number():
+    """Release 4 changes the stand-in compiler's scratchpad per core only: 1 -> 4 GiB of a
+    24 GiB core (3 GiB more), nothing else."""
+    release = json.loads((REPO_ROOT / "neuron_standins/releases/rehearsal.4-more-scratchpad.json").read_text())
+    (change,) = release["changes"]
+    source = (REPO_ROOT / "neuron_standins/neuronx-cc" / change["file"]).read_text()
+    assert source.count(change["old"]) == 1 and release["version"].endswith("+rehearsal.4")
+    before, after = (int(text.split(":")[1].split("*")[0]) for text in (change["old"], change["new"]))
+    assert change["old"].split(":")[0] == change["new"].split(":")[0] == '    "model_shared_scratchpad"'
+    assert (before, after - before) == (1024, 3 * 1024)  # MiB: 3 GiB more
+
+
+def _compiled(tmp_path, stack, index, first_step_s, state="cold"):
+    launch = _launch(tmp_path, stack, index)
+    launch.figures["compile_cache"] = {"cold": {"compiled": 2, "cached": 2, "cached_failure": 0},  # 2 ranks
+                                       "mixed": {"compiled": 1, "cached": 3, "cached_failure": 0},
+                                       "warm": {"compiled": 0, "cached": 4, "cached_failure": 0}}[state]
+    for rank in launch.figures["ranks"].values():
+        rank["first_step_s"] = first_step_s * (1 + 0.02 * index)
+    return launch
+
+
+def test_a_slower_compile_on_a_cold_cache_is_flagged(tmp_path):
+    """The first step on a cold compile cache (the compile) compared over launches with the
+    loose ``compile_slower_than``: a compiler four times slower per graph is SLOWER COMPILE; an
+    A/A and 20% more (within the 50%) are PASS; the page lists each session's cache state."""
+    trusted = [_compiled(tmp_path, "trusted", i, 1.3) for i in range(1, 4)]
+    slow = [_compiled(tmp_path, "candidate", i, 4.3) for i in range(1, 4)]
+    verdict = perf_compare.judge(trusted + slow, POLICY)
+    assert verdict.verdict == "SLOWER COMPILE" and not verdict.passed
+    first = next(c for c in verdict.comparisons if c.figure == "first_step_s")
+    assert first.flagged and first.threshold == POLICY.compile_slower_than and "slower by" in first.change()
+    warm = [_compiled(tmp_path, "trusted", 9, 0.33, state="warm")]
+    page = "\n".join(perf_compare.render(verdict, POLICY, trusted + slow, warm))
+    assert "## Performance: SLOWER COMPILE" in page and "| `perf/trusted-9` | trusted | warm | 0.389 | 0 | 4 |" in page
+    assert "| `perf/candidate-1` | candidate | cold | 4.386 | 2 | 2 |" in page
+    same = [_compiled(tmp_path, "candidate", i, 1.3) for i in range(1, 4)]
+    assert perf_compare.judge(trusted + same, POLICY).verdict == "PASS"
+    within = [_compiled(tmp_path, "candidate", i, 1.3 * 1.2) for i in range(1, 4)]
+    assert perf_compare.judge(trusted + within, POLICY).verdict == "PASS"
+
+
+def test_a_first_step_that_did_not_compile_cold_is_not_judged(tmp_path):
+    """A launch whose log shows only cache hits did not compile, one with more hits than its
+    other ranks explain found programs cached before: its first step is not a cold compile,
+    so the first step is not compared (the page says which session and what its log showed);
+    launches that compile nothing (cpu) have no first-step comparison at all."""
+    trusted = [_compiled(tmp_path, "trusted", i, 1.3) for i in range(1, 4)]
+    mixed = [_compiled(tmp_path, "candidate", 1, 0.8, state="mixed"),
+             *[_compiled(tmp_path, "candidate", i, 1.3) for i in range(2, 4)]]
+    assert "compile cache was mixed" in perf_compare.judge(trusted + mixed, POLICY).compile_notes[0]
+    hit = [_compiled(tmp_path, "candidate", 1, 0.33, state="warm"),
+           *[_compiled(tmp_path, "candidate", i, 1.3) for i in range(2, 4)]]
+    verdict = perf_compare.judge(trusted + hit, POLICY)
+    assert verdict.verdict == "PASS" and not any(c.figure == "first_step_s" for c in verdict.comparisons)
+    assert verdict.compile_notes == ["first step not judged: candidate session candidate-1: its compile cache was "
+                                     "warm ({'compiled': 0, 'cached': 4, 'cached_failure': 0})"]
+    assert "- first step not judged: candidate session candidate-1" in "\n".join(
+        perf_compare.render(verdict, POLICY, trusted + hit))
+    plain = perf_compare.judge(_series(tmp_path), POLICY)
+    assert not plain.compile_notes and not any(c.figure == "first_step_s" for c in plain.comparisons)
+
+
+def test_trn2_sessions_compile_into_a_cache_of_their_own(tmp_path):
+    """A trn2 performance session gets a new compile cache in its report folder (its first step
+    compiles cold, whatever another session compiled); a warm session names an earlier one's;
+    cpu sessions are as before."""
+    cold = perf_compare.session_command(Path("python"), "trn2", tmp_path / "trusted-1", ["--neuron-dress-rehearsal"])
+    assert cold[cold.index("--neuron-compile-cache") + 1] == str(tmp_path / "trusted-1" / "neuron-compile-cache")
+    warm = perf_compare.session_command(Path("python"), "trn2", tmp_path / "trusted-1-warm", [],
+                                        compile_cache=tmp_path / "trusted-1" / "neuron-compile-cache")
+    assert warm[warm.index("--neuron-compile-cache") + 1] == str(tmp_path / "trusted-1" / "neuron-compile-cache")
+    assert "--neuron-compile-cache" not in perf_compare.session_command(Path("python"), "cpu", tmp_path / "t", [])
+
+
+def test_an_eager_kernel_launch_on_the_device_compiles_once_then_hits_the_cache(tmp_path):
+    """The stand-in's eager NKI launch on ``neuron`` tensors goes through the compile cache once
+    per process and specialization: a new cache logs one compile (``Compiler status PASS``), a
+    second process on the same cache one hit, a new shape another compile; CPU tensors none."""
+    code = """
+    import torch, torch_neuronx
+    from nkilib.core.embeddings.rope_hf import rope_hf
+    def launch(seq, device):
+        q = torch.randn(1, 2, seq, 16, device=device); k = torch.randn(1, 1, seq, 16, device=device)
+        torch_neuronx.wrap_nki(rope_hf)[2](q, k, torch.empty_like(q), torch.empty_like(k),
+                                          rope_cache=torch.randn(seq, 32, device=device))
+    for _ in range(3):
+        launch(256, "neuron")
+    launch(256, "cpu")
+    import sys
+    if len(sys.argv) > 1:
+        launch(512, "neuron")
+    """
+    cache = str(tmp_path / "neff-cache")
+    env = dict(NEURON_COMPILE_CACHE_URL=cache, NEURON_RT_VISIBLE_CORES="1", NEURON_LOGICAL_NC_CONFIG="2")
+    first = _run(code, tmp_path, **env)
+    second = _run(code, tmp_path, **env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
+    assert first.stderr.count("Compiler status PASS") == 1 and "Using a cached neff" not in first.stderr
+    assert second.stderr.count("Using a cached neff") == 1 and "Compiler status PASS" not in second.stderr
+    assert len(list(Path(cache).glob("neuronxcc-*/MODULE_*/model.neff"))) == 1
+
+
+def test_the_slower_compiler_release_changes_one_number():
+    """Release 5 changes the stand-in compiler's modelled compile time per graph only: 0.5 s to
+    2.0 s on a cache miss (four times), nothing else."""
+    release = json.loads((REPO_ROOT / "neuron_standins/releases/rehearsal.5-slow-compiler.json").read_text())
+    (change,) = release["changes"]
+    source = (REPO_ROOT / "neuron_standins/neuronx-cc" / change["file"]).read_text()
+    assert source.count(change["old"]) == 1 and release["version"].endswith("+rehearsal.5")
+    before, after = (float(text.split("=")[1].split("#")[0]) for text in (change["old"], change["new"]))
+    assert (before, after) == (0.5, 2.0)
