@@ -282,9 +282,16 @@ def performance_check(args, trusted_python: Path, env, out: Path, candidate_extr
         launches += run(1, len(launches) // 2)
         verdict = perf_compare.judge(launches, policy, accepted=args.accept_performance)
     say(f"upgrade: performance {verdict.verdict}" + "".join(f"; {c.figure} {c.change()}" for c in verdict.comparisons))
+    warm = []
+    if args.tier in perf_compare.COMPILE_CACHE_TIERS:  # each stack's first step again, on its first launch's cache
+        for side, python, extra in (("trusted", trusted_python, rehearsal),
+                                    ("candidate", env.python, rehearsal + candidate_extra)):
+            first = next(l for l in launches if l.stack == side)
+            say(f"upgrade: performance: a {side} session on its first launch's compile cache (warm)")
+            warm.append(perf_compare.warm_session(first, python, args.tier, extra, cwd=REPO))
     history, figures = perf_history.history_lines(args.history, launches, policy, out, f"upgrade check {out.name}")
     return {**verdict.to_json(), "policy": policy.to_json(), "history": figures,
-            "lines": perf_compare.render(verdict, policy, launches) + history}
+            "lines": perf_compare.render(verdict, policy, launches, warm=warm) + history}
 
 
 def bisect_commits_main(args, selection: list[str]) -> int:
