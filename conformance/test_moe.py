@@ -323,7 +323,7 @@ def test_moe_backward_matches_transformers_with_fp32_experts(moe_pair, record_pr
 # 1.35 to 1.40 times the reference's), the experts' backward halved 0.50 on every expert weight.
 IN_RUN_GRAD_RTOL = 2e-2
 # The reference's own top-4 may differ from the run's only where it nearly ties: (its 4th-largest
-# probability - the smallest among the run's experts) / its largest. Measured 1.2e-5 and 2.4e-5
+# probability - the smallest among the run's experts) / its largest. Measured 1.2e-5 to 2.4e-5
 # on the flips above; a router choosing otherwise than softmax(gate(x)) is far from a tie.
 ROUTING_TIE_RTOL = 1e-3
 
