@@ -311,7 +311,7 @@ def test_moe_backward_matches_transformers_with_fp32_experts(moe_pair, record_pr
 
 
 # In the run: step 1's router and expert gradients against transformers' on the run's own
-# weights, global batch and routing choices (fixtures.oracles.moe_gradients). The run computes its
+# weights, global batch and routing choices (fixtures.data.moe_gradients). The run computes its
 # experts in bf16 (GroupedExperts.forward casts them, the known forward deviation above) and the
 # reference in fp32, so they differ by the casts. Measured on the cpu tier, the largest of a run's
 # 16 tensors: 4.6e-3 to 5.9e-3 over 16 runs (--debug.seed 0-7 and seq_len 128 on 0.3.0; seeds
@@ -355,7 +355,7 @@ def test_router_and_expert_gradients_in_the_run_match_transformers(tier, titan_r
     the run's own backward, FSDP's gradient reduction over the ranks and the loss scaling.
     Oracle: transformers."""
     from fixtures.data import step_tensors
-    from fixtures.oracles import moe_gradients
+    from fixtures.data import moe_gradients
     from fixtures.rank.titan.tiny_qwen3 import tiny_qwen3_moe_model  # torchtitan: see conformance/conftest.py
     from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 
