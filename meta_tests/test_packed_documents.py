@@ -46,7 +46,7 @@ def test_the_reference_masks_documents_as_asked_whatever_use_cache_says():
     ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
     positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]])
     with torch.no_grad():
-        out = {uc: {kind: hf_reference._row_logits(_tiny_qwen3(uc), ids, positions, kind)
+        out = {uc: {kind: hf_reference.attended_row_logits(_tiny_qwen3(uc), ids, positions, kind)
                     for kind in (hf_reference.ROW_CAUSAL, hf_reference.DOCUMENT_CAUSAL)} for uc in (True, False)}
         model = _tiny_qwen3(True)
         alone = model(input_ids=ids[1:, 8:], position_ids=torch.arange(4)[None]).logits.float()
