@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from datetime import datetime
 
 import pytest
 
@@ -25,7 +26,8 @@ def _launch(tmp_path, stack_side, index, median, *, stack_id="cpu-a", peak=0.05,
     times = [median * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]
     ranks = {r: {"steady_times": times, "step_time_s": median, "tokens_per_s": 512 / median, "tokens_per_step": 512,
                  "peak_memory_gib": peak, "memory_growth_mib_per_step": 0.01} for r in ("0", "1")}
-    report = {"session": f"{stack_id}-{stack_side}-{index}", "finished_at": f"{finished[:-2]}{index:02d}",
+    when = datetime.fromisoformat(f"{finished[:-2]}{index:02d}+00:00").timestamp()  # reports hold time.time()
+    report = {"session": f"{stack_id}-{stack_side}-{index}", "finished_at": when,
               "platforms": ["cpu"], "stack_id": {"cpu": stack_id}, "machine": MACHINE}
     return perf_compare.Launch(stack_side, tmp_path / f"{stack_side}-{index}", {"ranks": ranks}, outcome,
                                machine_load=load or {"others_fraction": 0.01, "steal_fraction": 0.0},
@@ -46,6 +48,7 @@ def test_trusted_sessions_are_stored_once_per_machine_and_stack_and_unmeasured_o
     assert data["format"] == stored_history.FORMAT and data["machine"] == MACHINE and len(data["sessions"]) == 3
     loaded = perf_history.load(root, MACHINE["name"])
     assert list(loaded) == ["cpu-a"] and loaded["cpu-a"][0].step_time_s == pytest.approx(0.1)
+    assert loaded["cpu-a"][0].recorded_at == "2026-12-01T10:00:00+00:00"  # the report's epoch seconds, in UTC
     assert perf_history.load(root, "another machine") == {}
 
 

@@ -37,7 +37,7 @@ def entry_of(launch: perf_compare.Launch, source: str) -> Entry | None:
     if launch.report is None or perf_compare.measurement_problems([launch], paired=False) or perf_compare.busy(launch):
         return None
     ranks = launch.figures["ranks"]
-    return Entry(stack=launch.stack_id, recorded_at=launch.report.get("finished_at") or _now(),
+    return Entry(stack=launch.stack_id, recorded_at=_iso(launch.report.get("finished_at")),
                  session=launch.report.get("session") or launch.report_dir.name, source=source,
                  step_time_s=statistics.median(launch.steady_times), slowest_rank=str(launch.slowest_rank),
                  rank_step_time_s={r: f["step_time_s"] for r, f in sorted(ranks.items())},
@@ -45,8 +45,12 @@ def entry_of(launch: perf_compare.Launch, source: str) -> Entry | None:
                  machine_load=launch.machine_load, suite=launch.report.get("suite"))
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def _iso(finished_at) -> str:
+    """When a session ended, as ISO 8601 in UTC: reports record it as seconds since the epoch
+    (``time.time()``); now where it is missing."""
+    when = datetime.fromtimestamp(finished_at, timezone.utc) if isinstance(finished_at, (int, float)) \
+        else datetime.now(timezone.utc)
+    return when.isoformat(timespec="seconds")
 
 
 def add(root: Path, launches: list[perf_compare.Launch], source: str) -> list[Entry]:
