@@ -102,7 +102,7 @@ def launch_step_time(ranks: dict) -> tuple[str, float] | None:
 
 def against_stored(stored: dict[str, list[Entry]], step_time_s: float, peak_gib: float) -> list[str]:
     """One session against the oldest and the latest stored stack of its machine: the ratio to
-    each stack's median session, as information (one launch against sessions of other days)."""
+    each stack's median session, as information (one launch against sessions of other times)."""
     lines = []
     for role, stack in oldest_and_latest(stored):
         entries = stored[stack]

@@ -71,7 +71,7 @@ def add(root: Path, launches: list[perf_compare.Launch], source: str) -> list[En
 @dataclass(frozen=True)
 class AgainstStored:
     """The candidate's launches against one stored stack's sessions on the same machine. Not
-    interleaved (the stored sessions ran on other days), so a change beyond the threshold is
+    interleaved (the stored sessions ran at other times), so a change beyond the threshold is
     reported as drift, never as this check's verdict."""
 
     role: str  # "oldest" or "latest"
@@ -192,7 +192,7 @@ def render(rows: list[AgainstStored], stored: dict[str, list[Entry]], machine: s
             beyond = [c.figure for c in (r.step, r.peak) if c.flagged]
             lines.append(f"| {r.role}: `{r.stack}` | {r.sessions} | {r.first[:10]} to {r.last[:10]} | "
                          f"{r.step.change()} | {r.peak.change()} | {', '.join(beyond) or 'no'} |")
-        lines += ["", "Stored sessions ran on other days, not interleaved with this check's: a change beyond the "
+        lines += ["", "Stored sessions ran at other times, not interleaved with this check's: a change beyond the "
                       "threshold here is drift to look at, not this check's verdict (above).", ""]
     else:
         lines += ["No stored stack has two sessions on this machine yet: nothing to compare with.", ""]
