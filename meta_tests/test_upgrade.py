@@ -643,6 +643,19 @@ def test_the_contracts_verdict_keeps_every_count_and_says_the_ones_that_decide()
     assert ContractVerdict.from_json(failing.to_json()) == failing
 
 
+def test_the_performance_sessions_rehearse_on_the_selections_host():
+    """The trn2 upgrade rehearsal's performance sessions take the selection's rehearsal and its
+    host: without the host they ran on the default host, another machine than the sessions the
+    history's A/A series holds (found by the performance rehearsal: its A/A check stayed
+    FIGURES ONLY with a series stored for the pod host)."""
+    assert upgrade.rehearsal_options(["conformance/test_performance.py", "-m", "trn2", "--neuron-dress-rehearsal",
+                                      "--rehearsal-host", "eks-pod-two-cores"]) == [
+        "--neuron-dress-rehearsal", "--rehearsal-host", "eks-pod-two-cores"]
+    assert upgrade.rehearsal_options(["--rehearsal-host=pod-with-neighbour", "--neuron-dress-rehearsal", "-q"]) == [
+        "--rehearsal-host=pod-with-neighbour", "--neuron-dress-rehearsal"]
+    assert upgrade.rehearsal_options(["conformance", "-m", "cpu"]) == []
+
+
 # Added after mutation testing (round 2, benchmarks/mutation.md): each kills mutants the tests above let survive.
 
 

@@ -247,6 +247,19 @@ def trusted_artifacts(stack: Stack, out: Path) -> list[str]:
     return ["--trusted-artifacts", str(folder)]
 
 
+def rehearsal_options(selection: list[str]) -> list[str]:
+    """The rehearsal's options of the selection that the performance sessions must share with
+    it: the rehearsal itself and its host (without the host, the sessions ran on the default
+    host, another machine than the suite's sessions and the history's A/A series)."""
+    out = []
+    for index, arg in enumerate(selection):
+        if arg == "--neuron-dress-rehearsal" or arg.startswith("--rehearsal-host="):
+            out.append(arg)
+        elif arg == "--rehearsal-host" and index + 1 < len(selection):
+            out += [arg, selection[index + 1]]
+    return out
+
+
 def performance_policy(args, launches: list[perf_compare.Launch]) -> PerfPolicy:
     """The tier's thresholds: cpu's, measured here; trn2's from an A/A series of this host type
     in the stored history (``upgrades.perf_history.aa_policy``), else its stakes, unjudged."""
@@ -269,7 +282,7 @@ def performance_check(args, trusted_python: Path, env, out: Path, candidate_extr
         return {"verdict": str(perf_compare.Finding.NOT_MEASURED), "passed": True, "accepted": True,
                 "lines": ["## Performance: NOT MEASURED (accepted: the user asked for `--performance-launches 0`)",
                           "", "Step time and memory were not compared; this page says nothing about them.", ""]}
-    rehearsal = [a for a in selection if a == "--neuron-dress-rehearsal"]
+    rehearsal = rehearsal_options(selection)
     run = lambda pairs, start: perf_compare.interleaved(
         trusted_python, env.python, out / "perf", pairs, tier=args.tier, trusted_extra=rehearsal,
         candidate_extra=rehearsal + candidate_extra, cwd=REPO, say=say, start=start)
