@@ -62,4 +62,4 @@ for name in "${checks[@]}"; do
   status=$(check "$name" "$(wheel "${release[$name]}")" "$out/figures-only/trusted-suite")
   expect "$name" "$status" "${wanted[$name]}"
 done
-echo "trn2 performance rehearsal: FIGURES ONLY without an A/A series; then ${checks[*]}: ${wanted[*]} as expected"
+echo "trn2 performance rehearsal: FIGURES ONLY without an A/A series; then each of ${checks[*]} as expected"
