@@ -33,6 +33,7 @@ from pathlib import Path
 import psutil
 
 from fixtures.oracles import performance
+from reports import perf_history
 
 PERF_CONTRACT = "test_performance.py::test_steady_state_is_reached_and_measured"
 LEAK_CONTRACT = "test_performance.py::test_device_memory_does_not_grow_in_steady_state"
@@ -66,9 +67,8 @@ class Launch:
     def slowest_rank(self) -> str | None:
         """The rank whose median steady step is longest: in synchronous training every step
         waits for it, so it is the launch's step time (rank 0 alone hid a slow rank)."""
-        ranks = (self.figures or {}).get("ranks") or {}
-        timed = {r: statistics.median(f["steady_times"]) for r, f in ranks.items() if f.get("steady_times")}
-        return max(sorted(timed), key=lambda r: timed[r]) if timed else None
+        slowest = perf_history.launch_step_time((self.figures or {}).get("ranks") or {})
+        return slowest[0] if slowest else None
 
     @property
     def steady_times(self) -> tuple[float, ...]:

@@ -30,6 +30,7 @@ from reports.perf_history import HISTORY, Entry, load, machine_folder
 from upgrades import perf_compare
 from upgrades.stacks import REPO
 
+
 def entry_of(launch: perf_compare.Launch, source: str) -> Entry | None:
     """A launch as a history entry; None where it measured nothing a comparison can rest on
     (``perf_compare.measurement_problems``) or its machine was busy (its step time is another
