@@ -233,31 +233,14 @@ FP32_GRAD_RTOL = 1e-5
 # a wrong backward there, so the contract compares with the experts in fp32.
 
 
-def _hf_gradient_of(hf_params: dict, name: str):
-    """transformers' parameter and gradient for torchtitan's MoE parameter ``name`` (the
-    layout facts above; transformers 5 holds each layer's experts fused: ``experts.gate_up_proj``
-    ``[E, 2F, D]``, gate rows first, as its ``Qwen3MoeExperts.forward`` chunks them, and
-    ``experts.down_proj`` ``[E, D, F]``)."""
-    layer = name.split(".")[1]
-    prefix = f"model.layers.{layer}.mlp."
-    if name.endswith("router.gate.weight"):
-        p = hf_params[prefix + "gate.weight"]
-        return p, p.grad
-    if name.endswith("w2_EDF"):
-        p = hf_params[prefix + "experts.down_proj"]
-        return p, p.grad
-    fused = hf_params[prefix + "experts.gate_up_proj"]
-    half = fused.shape[1] // 2
-    rows = slice(0, half) if name.endswith("w1_EFD") else slice(half, None)
-    return fused[:, rows], fused.grad[:, rows]
-
-
 def _moe_gradients(pair, *, fp32: bool) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """``{torchtitan name: (its gradient, transformers')}`` of every router gate and expert
     weight after one backward of the mean next-token cross entropy (written here, the same for
-    both models) on the same tokens; ``fp32``: torchtitan's experts in float32."""
+    both models) on the same tokens; ``fp32``: torchtitan's experts in float32. The pairing of
+    the parameters is ``moe_gradients.paired_with``'s (the layout facts in its module)."""
     import contextlib
 
+    from fixtures.data import moe_gradients
     from fixtures.rank.titan import fp32_experts  # torchtitan: see conformance/conftest.py
     from fixtures.rank.titan.model_call import row_logits
 
@@ -275,12 +258,8 @@ def _moe_gradients(pair, *, fp32: bool) -> dict[str, tuple[torch.Tensor, torch.T
     backward(hf, lambda t: hf(input_ids=t, use_cache=False).logits)
     with fp32_experts.experts_in_fp32(titan) if fp32 else contextlib.nullcontext():
         backward(titan, lambda t: row_logits(titan, t))
-    hf_params = dict(hf.named_parameters())
     out = {}
-    for name, param in titan.named_parameters():
-        if ".moe." not in name or not (name.endswith("router.gate.weight") or "experts" in name):
-            continue
-        hf_param, hf_grad = _hf_gradient_of(hf_params, name)
+    for name, param, hf_param, hf_grad in moe_gradients.paired_with(hf, titan.named_parameters()):
         expect(torch.equal(hf_param.detach(), param.detach()), f"{name} is transformers' tensor it is compared "
                "with (the pairing of the gradients is right)", "equal weights", "different weights")
         out[name] = (param.grad, hf_grad)
@@ -374,12 +353,8 @@ def test_router_and_expert_gradients_in_the_run_match_transformers(tier, titan_r
     routed = moe_gradients.RoutedAsTheRun(model)
     tokens = moe_gradients.global_batch_backward(model, batches, attention, routings, routed)
     clip = moe_gradients.clip_coefficient(model, run.resolved_config()["training"].get("max_norm"))
-    hf_params = dict(model.named_parameters())
     errors = {}
-    for name, (before, grad) in sorted(step1.items()):
-        if not moe_gradients.is_router_or_expert(name):
-            continue
-        ref_param, ref_grad = moe_gradients.hf_parameter_of(hf_params, name)
+    for name, (before, grad), ref_param, ref_grad in moe_gradients.paired_with(model, sorted(step1.items())):
         expect(torch.equal(ref_param.detach(), before.float()), f"{name}: transformers holds the run's step-1 "
                "weights (the gradients are paired right)", "equal weights", "different weights", run)
         expect(ref_grad is not None and ref_grad.norm() > 0, f"{name}: transformers gives it a gradient",
