@@ -207,14 +207,16 @@ def test_a_requirement_the_install_would_break_stops_it_before_anything_is_writt
         shutil.rmtree(site / "neuron_helper-1.0.dist-info")
 
 
-def test_python_310_is_refused_with_a_sentence():
+@pytest.mark.parametrize("script", ["install-trn2.sh", "trn2.sh"])
+def test_python_310_is_refused_with_a_sentence(script):
     """The suite needs Python >= 3.11 (pyproject ``requires-python``): an older interpreter gets
-    one line saying so, before anything runs under it."""
+    one line saying so, naming the script, before anything runs under it."""
     python310 = find_python(*PYTHON_310)
-    proc = subprocess.run(["bash", "scripts/install-trn2.sh"], cwd=REPO, capture_output=True, text=True,
+    proc = subprocess.run(["bash", f"scripts/{script}"], cwd=REPO, capture_output=True, text=True,
                           env={**clean_env(), "PYTHON": str(python310)}, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(script.removesuffix(".sh") + ":"), proc.stderr
     assert "is Python 3.10" in proc.stderr and "needs Python >= 3.11" in proc.stderr, proc.stderr
 
 
@@ -236,11 +238,14 @@ def test_a_version_outside_the_suites_range_stops_before_anything_is_written(tmp
 
 
 def test_the_scripts_python_floor_is_pyprojects():
-    """install-trn2.sh refuses below the ``requires-python`` floor of pyproject.toml, no other."""
+    """install-trn2.sh and trn2.sh refuse below the ``requires-python`` floor of pyproject.toml, no
+    other (both take their python from scripts/active-python.sh)."""
     import re
     import tomllib
 
     floor = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
-    script = (REPO / "scripts" / "install-trn2.sh").read_text()
+    script = (REPO / "scripts" / "active-python.sh").read_text()
+    for user in ("install-trn2.sh", "trn2.sh"):
+        assert "source scripts/active-python.sh" in (REPO / "scripts" / user).read_text(), user
     major, minor = re.search(r"sys\.version_info < \((\d+), (\d+)\)", script).groups()
     assert floor == f">={major}.{minor}" and f"needs Python >= {major}.{minor}" in script, (floor, major, minor)

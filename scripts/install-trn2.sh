@@ -11,14 +11,5 @@
 # protected package changed anyway, or if pip check finds a new broken requirement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python=${PYTHON:-${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}}
-python=${python:-python3}
-# The suite's Python (pyproject requires-python; meta_tests/test_install_trn2.py checks both
-# say the same): asked before install_trn2.py runs, which an older one cannot even parse.
-command -v "$python" > /dev/null || { echo "install-trn2: no python at '$python' (activate the Neuron environment, or set PYTHON=)" >&2; exit 2; }
-if ! version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2]); sys.exit(sys.version_info < (3, 11))'); then
-  echo "install-trn2: $python is Python ${version:-of an unknown version}; the suite needs Python >= 3.11" \
-       "(Neuron's DLAMIs and containers run 3.12): activate that environment, or set PYTHON=" >&2
-  exit 2
-fi
+who=install-trn2; source scripts/active-python.sh
 exec "$python" scripts/install_trn2.py

@@ -9,8 +9,7 @@
 #                                                           stand-ins; its report goes to reports/out/rehearsal/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python=${PYTHON:-${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}}
-python=${python:-python3}
+who=trn2; source scripts/active-python.sh
 args=()
 out=reports/out/trn2
 while [ $# -gt 0 ]; do
