@@ -13,6 +13,7 @@ from fixtures.runs.cache import RunCache
 from fixtures.data.assets import Assets
 from fixtures.runs.inputs import RunInputs
 from fixtures.runs.catalogue import DENSE_NATIVE
+from fixtures.tiers import machine
 from fixtures.tiers.tier_profile import cpu_profile, trn2_profile
 
 pytestmark = pytest.mark.meta
@@ -25,14 +26,28 @@ def _key(tmp_path, tier=None, **kwargs) -> str:
     return cache.key(run.launched, run.folders)
 
 
-def test_a_neuron_setting_is_part_of_the_key(tmp_path, monkeypatch):
-    monkeypatch.delenv("NEURON_RT_LOG_LEVEL", raising=False)
-    monkeypatch.delenv("NEURON_COMPILE_CACHE_URL", raising=False)
+# Each setting that changes what a run computes or where it compiles to, with a value it can
+# take: the Neuron runtime's and compiler's (every ``NEURON_*`` setting is part of the key) and
+# every variable that moves torch's, MKL's or oneDNN's kernel choice (``machine.KERNEL_PATH_ENV``:
+# ``ATEN_CPU_CAPABILITY`` makes torch take another instruction set's kernels, whose fp32
+# rounding can differ, so a session under avx2 never reads a run computed on the AVX-512 paths).
+SETTINGS = {"NEURON_RT_LOG_LEVEL": "INFO", "NEURON_COMPILE_CACHE_URL": "/tmp/neff",
+            "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "MKL_CBWR": "COMPATIBLE",
+            "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1"}
+
+
+def test_every_kernel_path_variable_has_a_value_here():
+    assert set(machine.KERNEL_PATH_ENV) <= set(SETTINGS), set(machine.KERNEL_PATH_ENV) - set(SETTINGS)
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_a_setting_that_changes_the_run_is_part_of_the_key(tmp_path, monkeypatch, name):
+    """Set alone on a session where none of them is set, it gives another key."""
+    for each in SETTINGS:
+        monkeypatch.delenv(each, raising=False)
     plain = _key(tmp_path)
-    monkeypatch.setenv("NEURON_RT_LOG_LEVEL", "INFO")
-    assert _key(tmp_path) != plain
-    monkeypatch.delenv("NEURON_RT_LOG_LEVEL")
-    monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", str(tmp_path / "neff"))
+    monkeypatch.setenv(name, SETTINGS[name])
     assert _key(tmp_path) != plain
 
 
@@ -62,17 +77,6 @@ def test_a_locally_patched_installed_package_changes_its_stamp(tmp_path, monkeyp
     assert before and after and before != after
     assert set(run_identity.installed_tree_stamp()) >= {"torch", "torchtitan", "transformers"}
     sys.modules.pop("fakepkg_for_identity", None)
-
-
-def test_the_kernel_path_torch_takes_is_part_of_the_key(tmp_path, monkeypatch):
-    """``ATEN_CPU_CAPABILITY`` makes torch take another instruction set's kernels, whose fp32
-    rounding can differ: a session under avx2 never reads a run computed on the AVX-512 paths."""
-    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
-    native = _key(tmp_path)
-    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
-    assert _key(tmp_path) != native
-    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
-    assert len({native, _key(tmp_path)}) == 2
 
 
 def _tiers(tmp_path):
