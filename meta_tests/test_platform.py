@@ -58,6 +58,17 @@ def _standin_host(tmp_path: Path, devices: int = 16, lnc: int = 2,
     return dev, bin_dir
 
 
+def _trn2(found, tmp_path: Path):
+    """The trn2 profile ``found`` gives with a Qwen3-4B model folder (the usage check's input)."""
+    return tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+
+
+def _refused(found, tmp_path: Path, match: str) -> None:
+    """``found`` with a model folder is refused as not a trn2 host, the reason matching ``match``."""
+    with pytest.raises(neuron_host.NeuronUnavailable, match=match):
+        _trn2(found, tmp_path)
+
+
 def test_detection_reads_standin_trn2_host(tmp_path):
     dev, bin_dir = _standin_host(tmp_path)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={})
@@ -67,8 +78,7 @@ def test_detection_reads_standin_trn2_host(tmp_path):
     # torch-neuronx is really probed, and it is not installed on this machine.
     assert found.torch_neuron != "available"
     assert any("torch.neuron" in m for m in found.missing), found.missing
-    with pytest.raises(neuron_host.NeuronUnavailable, match="torch.neuron is not available"):
-        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    _refused(found, tmp_path, "torch.neuron is not available")
 
 
 def test_lnc_env_disagreeing_with_neuron_ls_is_refused(tmp_path):
@@ -77,13 +87,11 @@ def test_lnc_env_disagreeing_with_neuron_ls_is_refused(tmp_path):
     dev, bin_dir = _standin_host(tmp_path, lnc=2)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
                                       torch_neuron_probe=lambda: "available")
-    with pytest.raises(neuron_host.NeuronUnavailable,
-                       match="the LNC controls disagree: neuron-ls's logical-neuroncore-config .* says 2; "
-                             "NEURON_LOGICAL_NC_CONFIG in the environment says 1"):
-        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    _refused(found, tmp_path, "the LNC controls disagree: neuron-ls's logical-neuroncore-config .* says 2; "
+                         "NEURON_LOGICAL_NC_CONFIG in the environment says 1")
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "2"},
                                       torch_neuron_probe=lambda: "available")
-    assert tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path)).nproc_per_node == 64
+    assert _trn2(found, tmp_path).nproc_per_node == 64
 
 
 # Rows of the three layouts neuron-ls.rst has documented (aws-neuron-sdk, trn2n.48xlarge).
@@ -175,7 +183,7 @@ def test_a_host_without_instance_metadata_runs_on_the_cores_it_sees(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "16-23"},
                                       torch_neuron_probe=lambda: "available")
     assert found.instance is None and found.host == "Trainium2 host (instance type not reported)"
-    profile = tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    profile = _trn2(found, tmp_path)
     assert (profile.nproc_per_node, profile.first_core) == (8, 16)
 
 
@@ -184,8 +192,7 @@ def test_unknown_instance_is_named_not_a_traceback(tmp_path):
     dev, bin_dir = _standin_host(tmp_path, instance="trn3.48xlarge")
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                     torch_neuron_probe=lambda: "available")
-    with pytest.raises(neuron_host.NeuronUnavailable, match="instance type 'trn3.48xlarge' is not one the suite knows"):
-        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    _refused(found, tmp_path, "instance type 'trn3.48xlarge' is not one the suite knows")
 
 
 @pytest.mark.parametrize("instance", ["trn2n.48xlarge", "trn2u.48xlarge"])
@@ -195,15 +202,14 @@ def test_the_other_trn2_48xlarge_types_are_known(tmp_path, instance):
     dev, bin_dir = _standin_host(tmp_path, instance=instance)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                        torch_neuron_probe=lambda: "available")
-    assert tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path)).nproc_per_node == 64
+    assert _trn2(found, tmp_path).nproc_per_node == 64
 
 
 def test_trn1_is_refused_with_the_reason(tmp_path):
     dev, bin_dir = _standin_host(tmp_path, instance="trn1.32xlarge", lnc=1, devices=16)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={topology.LNC_ENV: "1"},
                                        torch_neuron_probe=lambda: "available")
-    with pytest.raises(neuron_host.NeuronUnavailable, match="Trainium1 devices: TorchNeuron needs Trainium2 or Trainium3"):
-        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    _refused(found, tmp_path, "Trainium1 devices: TorchNeuron needs Trainium2 or Trainium3")
 
 
 def test_ranks_are_the_cores_the_host_exposes(tmp_path):
@@ -211,7 +217,7 @@ def test_ranks_are_the_cores_the_host_exposes(tmp_path):
     dev, bin_dir = _standin_host(tmp_path)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
                                        env={"NEURON_RT_VISIBLE_CORES": "32-47,48-63"})
-    profile = tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    profile = _trn2(found, tmp_path)
     assert (profile.nproc_per_node, profile.first_core) == (32, 32)
     plan = _plan(tmp_path, profile, RunSpec(config="dense_native", steps=10, nnodes=2))
     assert [_core_base(argv) for argv in plan.node_argvs] == ["32", "48"]
@@ -232,8 +238,7 @@ def test_views_of_the_cores_that_disagree_are_a_usage_error(tmp_path, devices, l
     dev, bin_dir = _standin_host(tmp_path, devices=devices, listed=listed)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env=env,
                                        torch_neuron_probe=lambda: "available")
-    with pytest.raises(neuron_host.NeuronUnavailable, match=message):
-        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    _refused(found, tmp_path, message)
 
 
 def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_devices(tmp_path):
@@ -247,7 +252,7 @@ def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_de
             node.unlink()
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
                                       torch_neuron_probe=lambda: "available")
-    profile = tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    profile = _trn2(found, tmp_path)
     assert (profile.nproc_per_node, profile.first_core, found.cores) == (8, 16, list(range(16, 24)))
     assert "the cores of /dev/neuron{4,5} (8 of the 64 neuron-ls lists" in found.core_source, found.core_source
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "20-23"},
@@ -255,17 +260,14 @@ def test_a_container_whose_neuron_ls_lists_the_whole_instance_runs_on_its_own_de
     assert (found.cores, found.core_source.split(",")[0]) == ([20, 21, 22, 23], "NEURON_RT_VISIBLE_CORES=20-23")
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={"NEURON_RT_VISIBLE_CORES": "0-3"},
                                       torch_neuron_probe=lambda: "available")
-    with pytest.raises(neuron_host.NeuronUnavailable,
-                       match=r"NEURON_RT_VISIBLE_CORES=0-3 names cores .* \(/dev/neuron\* hold 16-23\)"):
-        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    _refused(found, tmp_path, r"NEURON_RT_VISIBLE_CORES=0-3 names cores .* \(/dev/neuron\* hold 16-23\)")
 
 
 def test_lnc_env_and_compiler_flag_disagreeing_is_named(tmp_path):
     dev, bin_dir = _standin_host(tmp_path)
     found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), torch_neuron_probe=lambda: "available",
                                     env={topology.LNC_ENV: "2", "NEURON_CC_FLAGS": "--lnc=1"})
-    with pytest.raises(neuron_host.NeuronUnavailable, match="must agree"):
-        tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    _refused(found, tmp_path, "must agree")
 
 
 def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
@@ -277,7 +279,7 @@ def test_missing_model_folder_is_part_of_the_usage_error(tmp_path):
         tier_profile.require_trn2(found, None)
     with pytest.raises(neuron_host.NeuronUnavailable, match="has no config.json"):
         tier_profile.require_trn2(found, tmp_path / "empty")
-    profile = tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path))
+    profile = _trn2(found, tmp_path)
     assert (profile.vocab_size, profile.nproc_per_node) == (151936, 64)
 
 
@@ -294,7 +296,7 @@ def test_neuron_ls_off_path_is_found_in_the_tools_folder_and_said(tmp_path):
     found = neuron_host.detect_neuron(dev_dir=str(dev), env=env, torch_neuron_probe=lambda: "available")
     assert found.neuron_ls_path == str(bin_dir / "neuron-ls") and found.instance == "trn2.48xlarge"
     assert found.neuron_ls_where.startswith(f"in {bin_dir}, not on PATH"), found.neuron_ls_where
-    assert tier_profile.require_trn2(found, qwen3_4b.model_folder(tmp_path)).detection.neuron_ls_where == found.neuron_ls_where
+    assert _trn2(found, tmp_path).detection.neuron_ls_where == found.neuron_ls_where
     from reports import neuron_debug  # the failure bundle's neuron-ls -a, found there too
 
     assert "instance-type: trn2.48xlarge" in neuron_debug.neuron_ls_all(env)
