@@ -97,7 +97,8 @@ ONLY[performance]="upgrades/perf_compare.py
 upgrades/perf_history.py
 fixtures/oracles/performance.py"
 TESTS[performance]="meta_tests/test_performance.py
-meta_tests/test_perf_history.py"
+meta_tests/test_perf_history.py
+meta_tests/test_device_memory.py"
 DESEL[performance]=""
 ONLY[upgrade]="upgrades/compare.py
 upgrades/verdict.py
