@@ -99,8 +99,9 @@ fixtures/oracles/performance.py"
 TESTS[performance]="meta_tests/test_performance.py
 meta_tests/test_perf_history.py
 meta_tests/test_device_memory.py"
-# the stand-in driver's own test runs in the rehearsal venv, which the mutation clone lacks
-DESEL[performance]="meta_tests/test_device_memory.py::test_the_standin_driver_writes_the_documented_counters_and_the_probe_reads_them"
+# the two tests that run the stand-ins need the rehearsal venv, which the mutation clone lacks
+DESEL[performance]="meta_tests/test_device_memory.py::test_the_standin_driver_writes_the_documented_counters_and_the_probe_reads_them
+meta_tests/test_device_memory.py::test_an_eager_kernel_launch_on_the_device_compiles_once_then_hits_the_cache"
 ONLY[upgrade]="upgrades/compare.py
 upgrades/verdict.py
 upgrades/result.py"
