@@ -114,3 +114,53 @@ def test_the_page_draws_step_time_per_session_across_stacks(tmp_path):
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "![step time per session across stacks](perf-history.png)" in lines
     assert figures["stored"] == 1 and len(perf_history.load(root, MACHINE["name"])["cpu-a"]) == 4
+
+
+# ----------------------------------------------------------------------------- added after mutation testing (round 3)
+
+
+def _store(root, tmp_path, stack_id: str, medians: list[float], peaks: list[float] | None = None) -> None:
+    """One session a day from 2026-12-01, of ``stack_id``."""
+    perf_history.add(root, [_launch(tmp_path, "trusted", i, m, stack_id=stack_id,
+                                    peak=(peaks or [0.05] * len(medians))[i], finished=f"2026-12-{i + 1:02d}T10:00:00")
+                            for i, m in enumerate(medians)], "record")
+
+
+def test_the_a_a_series_is_the_asked_stacks_else_the_longest_and_its_memory_threshold_its_own(tmp_path):
+    """The thresholds come from the series of the stack asked for where it has 6 sessions, else
+    from the stack with the most sessions (not the last name); the memory threshold is 1.5x the
+    largest split change of the peaks when that is above the stake, to 4 decimals; the page
+    names the series' first and last days."""
+    root = tmp_path / "history"
+    _store(root, tmp_path, "cpu-a", [0.100, 0.102, 0.098, 0.101, 0.099, 0.104, 0.100],
+           peaks=[1.00, 1.03, 0.98, 1.061, 0.97, 1.04, 1.01])
+    _store(root, tmp_path, "cpu-z", [0.100, 0.101, 0.100, 0.101, 0.100, 0.101])
+    stored = perf_history.load(root, MACHINE["name"])
+    for asked, used, days in (("cpu-z", "cpu-z", "(2026-12-01 to 2026-12-06)"),
+                              ("cpu-q", "cpu-a", "(2026-12-01 to 2026-12-07)"),
+                              (None, "cpu-a", "(2026-12-01 to 2026-12-07)")):
+        policy = perf_history.aa_policy(TRN2_PERF, stored, MACHINE["name"], asked)
+        assert f"A/A series of {len(stored[used])} sessions of {used} on {MACHINE['name']} {days}" in policy.why, \
+            (asked, policy.why)
+    policy = perf_history.aa_policy(TRN2_PERF, stored, MACHINE["name"], "cpu-a")
+    worst = perf_history.largest_split_change([1.00, 1.03, 0.98, 1.061, 0.97, 1.04, 1.01])
+    assert 1.5 * worst > TRN2_PERF.larger_than and round(1.5 * worst, 4) != round(1.5 * worst, 5)
+    assert policy.larger_than == round(1.5 * worst, 4), (policy.larger_than, worst)
+
+
+def test_the_candidate_against_the_stored_stacks_needs_two_sessions_a_side(tmp_path):
+    """Two candidate sessions are enough for the launch test, one is not; a stored stack of one
+    session is never the oldest or the latest; each row counts the stored sessions, names their
+    first and last days, and flags a peak beyond the policy's memory threshold."""
+    root = tmp_path / "history"
+    _store(root, tmp_path, "cpu-a", [0.100])
+    _store(root, tmp_path, "cpu-b", [0.100, 0.101, 0.099])
+    _store(root, tmp_path, "cpu-c", [0.100, 0.101])
+    stored = perf_history.load(root, MACHINE["name"])
+    one = [_launch(tmp_path, "candidate", 0, 0.1, peak=0.06)]
+    two = one + [_launch(tmp_path, "candidate", 1, 0.1, peak=0.06)]
+    assert perf_history.against_history(stored, one, TRN2_PERF) == []
+    rows = perf_history.against_history(stored, two, TRN2_PERF)
+    assert [(r.role, r.stack, r.sessions) for r in rows] == [("oldest", "cpu-b", 3), ("latest", "cpu-c", 2)]
+    assert (rows[0].first[:10], rows[0].last[:10]) == ("2026-12-01", "2026-12-03")
+    assert rows[0].peak.flagged and rows[0].peak.threshold == TRN2_PERF.larger_than  # 0.06 against 0.05: +20%
