@@ -272,3 +272,39 @@ def test_the_relabelled_release_changes_nothing():
     release = json.loads((REPO_ROOT / "neuron_standins/releases/rehearsal.aa-relabelled.json").read_text())
     assert release["changes"] == [] and release["version"].endswith("+rehearsal.aa")
     assert release["source"] == "neuron_standins/neuronx-cc" and release["distribution"] == "neuronx-cc"
+
+
+# ----------------------------------------------------------------------------- added after mutation testing (round 3)
+
+
+def test_the_launches_without_device_counters_are_named_exactly(tmp_path):
+    """The NOT MEASURED line names every launch that lacks the runtime's counters, and only those
+    (not a launch that has them, nor one that measured nothing at all)."""
+    launches = _series(tmp_path)
+    for launch in launches[-2:]:
+        for rank in launch.figures["ranks"].values():
+            rank["device_peak_gib"] = None
+    problems = perf_compare.measurement_problems(launches + [perf_compare.Launch("candidate", tmp_path / "died",
+                                                                                 None, "failed")])
+    assert ("the runtime's device memory was counted in some launches, not in others: "
+            "candidate candidate-2, candidate candidate-3 lack it") in problems, problems
+
+
+def test_figures_only_keeps_the_leaks_and_the_compile_notes_and_judges_no_step(tmp_path):
+    """Without measured thresholds the verdict is FIGURES ONLY, but its page still lists what
+    the figures show: each candidate launch's growth beyond the trusted stack's, why the first
+    step was not compared, and the step time as not judged (also in upgrade.json)."""
+    trusted = [_compiled(tmp_path, "trusted", i, 1.3) for i in range(1, 4)]
+    candidate = [_compiled(tmp_path, "candidate", 1, 0.33, state="warm"),
+                 *[_compiled(tmp_path, "candidate", i, 1.3) for i in range(2, 4)]]
+    for launch in candidate:
+        for rank in launch.figures["ranks"].values():
+            rank["allocated_growth_mib_per_step"] = 3.0
+    policy = PerfPolicy(0.05, 0.03, 1.0, "not measured here", judged=False)
+    verdict = perf_compare.judge(trusted + candidate, policy)
+    assert verdict.verdict == "FIGURES ONLY" and verdict.passed and len(verdict.leaks) == 3
+    assert verdict.to_json()["step_judged"] is False and verdict.to_json()["problems"] == []
+    assert verdict.compile_notes and "compile cache was warm" in verdict.compile_notes[0]
+    page = "\n".join(perf_compare.render(verdict, policy, trusted + candidate))
+    assert "- first step not judged: candidate session candidate-1" in page
+    assert "- leak: candidate-1: allocated device memory grows 3.000 MiB per steady step" in page
