@@ -285,3 +285,54 @@ def test_the_root_cause_is_the_verdicts_culprit_and_reads_back_from_its_record(t
     read = culprit.RootCause.from_dict(old)
     assert (read.rank, read.message, read.how()) == (1, None, "signal SIGABRT")
     assert read.to_dict() == {**old, "message": None}
+
+
+# ----------------------------------------------------------------------------- added after mutation testing (round 3)
+
+ROOT_CAUSE = "Root Cause (first observed failure):\n"
+
+
+def test_torchruns_last_root_cause_block_is_read_field_by_field():
+    """torchrun's last "Root Cause" block (an earlier attempt's report above it is not the one):
+    the global rank (not the local one), the exit code and the signal it means, and the traceback
+    after the block's first "traceback :" (the error's own text may hold those words)."""
+    tb = "Traceback (most recent call last):\n  File x\nRuntimeError: peer traceback : lost"
+    earlier = _report(_raw_block(0, 5, 1, 1, "<N/A>", "E: an earlier attempt"), [])
+    last = _report(_raw_block(0, 3, 1, -9, "<N/A>", tb, "(SIGKILL)"), [])
+    cause = culprit.torchrun_root_cause(earlier + last)
+    assert cause.traceback.startswith(tb) and cause.traceback.endswith("=" * 40), cause.traceback
+    assert cause == culprit.RootCause(rank=3, exitcode=-9, signal="SIGKILL", message=None, traceback=cause.traceback,
+                                      reason="torchrun's first observed failure", torchrun_first_observed=3)
+    assert cause.how() == "signal SIGKILL"
+
+
+@pytest.mark.parametrize("exitcode, signal_name", [(-9, "SIGKILL"), (-6, "SIGABRT"), (1, None), (0, None),
+                                                   (-200, None), (None, None)])
+def test_only_a_signal_python_knows_is_named(exitcode, signal_name):
+    """A negative exit code is named as the signal it is where Python knows that signal; a
+    positive or zero one, an unknown number or a missing exitcode line leaves it unnamed, and
+    the cause then says the exit code."""
+    cause = culprit.torchrun_root_cause(ROOT_CAUSE + _raw_block(0, 2, 0, exitcode, "<N/A>", "E: x"))
+    assert (cause.rank, cause.exitcode, cause.signal) == (2, exitcode, signal_name)
+    assert cause.how() == (f"signal {signal_name}" if signal_name else f"exit code {exitcode}")
+
+
+def test_a_root_cause_block_missing_lines_leaves_those_fields_empty():
+    """A block at the very start of the text, without a rank line or a traceback line: no rank,
+    no traceback, the exit code still read."""
+    cause = culprit.torchrun_root_cause(ROOT_CAUSE + "[0]:\n  exitcode  : 1 (pid: 7)\n")
+    assert (cause.rank, cause.exitcode, cause.traceback, cause.torchrun_first_observed) == (None, 1, "", None)
+
+
+def test_the_root_cause_carries_every_field_of_the_culprit(tmp_path):
+    """``root_cause`` keeps the culprit's rank, exit code, signal, message, traceback and the
+    rule's reason, with the rank torchrun named beside it (None where torchrun named none)."""
+    text = _report(_block(0, 0, 1, _error_file(tmp_path, 0, PEER_ERROR, 1000.0)),
+                   [_block(1, 1, 1, _error_file(tmp_path, 1, "RuntimeError: injected", 1001.0))])
+    verdict = culprit.decide(culprit.parse_failures(text))
+    found = verdict.culprit
+    assert found.exitcode == 1 and found.message == "RuntimeError: injected" and "injected" in found.traceback
+    expected = culprit.RootCause(rank=1, exitcode=1, signal=None, message=found.message, traceback=found.traceback,
+                                 reason=verdict.reason, torchrun_first_observed=0)
+    assert culprit.root_cause(verdict, culprit.torchrun_root_cause(text)) == expected
+    assert culprit.root_cause(verdict, None).torchrun_first_observed is None

@@ -614,3 +614,21 @@ def test_tokens_per_step_within_the_rounding_tolerance_is_the_same_work(baseline
     assert lines[0] == (f"{PERF_NODEID}: tokens per step 2048 -> 2051 (rank 0): the step does other work, so its "
                         "time is not comparable")
     assert len(lines) == 2 and lines[1].startswith(f"{PERF_NODEID}z: steady step "), lines
+
+
+# ----------------------------------------------------------------------------- added after mutation testing (round 3)
+
+
+def test_the_history_lines_need_a_measured_launch(baseline, tmp_path):
+    """A session without the performance contract's figures, or with one not measured (a peak of
+    -1, as a backend without memory statistics logs), gets no history line: never a "no stored
+    history" about figures that are not there; a measured one on an empty store gets that line."""
+    assert gate.history_against(_identified(without_performance(baseline)), tmp_path) == []
+    unmeasured = _identified(_with_performance(baseline, 1.0))
+    contract = next(c for c in unmeasured["contracts"] if c["nodeid"] == PERF_NODEID)
+    figures = json.loads(contract["measured"]["performance"])
+    figures["ranks"]["0"]["peak_memory_gib"] = -1.0
+    contract["measured"]["performance"] = json.dumps(figures)
+    assert gate.history_against(unmeasured, tmp_path) == []
+    measured = gate.history_against(_identified(_with_performance(baseline, 1.0)), tmp_path)
+    assert len(measured) == 1 and measured[0].startswith("no stored history of this suite on box"), measured
