@@ -159,6 +159,19 @@ def test_pins_must_be_exact():
     assert candidate_env.candidate_id("s", ["a==1", "b==2"]) == candidate_env.candidate_id("s", ["b==2", "a==1"])
 
 
+def test_a_wheel_rebuilt_at_the_same_path_is_another_candidate(tmp_path):
+    """A local build keeps its version and file name; the candidate environment built for its
+    old bytes must not judge the new ones (the trn2 performance rehearsal once measured a
+    stale install of a stand-in release that way). The same bytes keep their id."""
+    wheel = tmp_path / "neuronx_cc-2.28.7631.0+rehearsal.3-py3-none-any.whl"
+    wheel.write_bytes(b"first build")
+    first = candidate_env.candidate_id("s", [str(wheel)])
+    assert candidate_env.candidate_id("s", [str(wheel)]) == first
+    wheel.write_bytes(b"second build")
+    assert candidate_env.candidate_id("s", [str(wheel)]) != first
+    assert candidate_env.candidate_id("s", ["a==1"]) == candidate_env.candidate_id("s", ["a==1"])
+
+
 def test_constraints_of_a_candidate(tmp_path):
     trusted = tmp_path / "c.txt"
     trusted.write_text("huggingface_hub==1.33.0\ntorch==2.14.1\ntransformers==5.23.0\n")

@@ -104,12 +104,22 @@ def _as_candidates(pins) -> list:
     return out
 
 
+def _wheel_digest(candidate: Candidate) -> str:
+    """``#sha256=...`` of a wheel file candidate's bytes; empty for any other kind."""
+    if candidate.kind != "wheel":
+        return ""
+    with open(candidate.install[0], "rb") as wheel:
+        return "#sha256=" + hashlib.file_digest(wheel, "sha256").hexdigest()
+
+
 def candidate_id(stack: str, pins, options: InstallOptions = InstallOptions()) -> str:
     """One id per (stack, candidates, install options, the resolver's own constraints): the same
     set in any order is one id; a checkout at another commit is another, and so is the same set
     under another ``PIP_CONSTRAINT`` or ``PIP_CONFIG_FILE`` (a NOT BUILT attempt under a
-    constraint and a later build with it lifted are two attempts, two folders)."""
-    norm = sorted(f"{' '.join(c.install)}@{c.commit or ''}" for c in _as_candidates(pins))
+    constraint and a later build with it lifted are two attempts, two folders). A wheel file
+    is named by its content too: a wheel rebuilt at the same path (a local build keeps its
+    version) is another candidate, never judged by the environment of the one it replaced."""
+    norm = sorted(f"{' '.join(c.install)}@{c.commit or ''}{_wheel_digest(c)}" for c in _as_candidates(pins))
     resolver = [os.environ.get("PIP_CONSTRAINT"), os.environ.get("PIP_CONFIG_FILE")]
     payload = [stack, norm, options.no_deps, list(options.index_options)] + ([resolver] if any(resolver) else [])
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:12]
