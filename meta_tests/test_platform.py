@@ -479,3 +479,30 @@ def test_lnc_comes_from_every_documented_control_and_a_disagreement_names_them(t
     assert (lnc, source) == (2, "no control is set: the trn2.3xlarge default")
     node_file.write_text("NEURON_LOGICAL_NC_CONFIG=two")
     assert "not a number" in lnc_controls.session_lnc(env, None, "trn2.48xlarge")[1]
+
+
+def test_an_empty_instance_type_line_is_no_instance_type(tmp_path):
+    """A pod without instance metadata may print ``instance-type:`` with nothing after it: that
+    is no instance type, not the next line's label (``\\s*`` crosses the newline under
+    ``re.M``: the session was refused as "instance type 'instance-id:' is not one the suite
+    knows"). The host is then recognised by its devices, as with no such line at all."""
+    dev, bin_dir = _standin_host(tmp_path)
+    tool = bin_dir / "neuron-ls"
+    tool.write_text(tool.read_text().replace("instance-type: trn2.48xlarge\ninstance-id: i-0123456789abcdef0",
+                                             "instance-type:\ninstance-id:\n"))
+    found = neuron_host.detect_neuron(dev_dir=str(dev), path=str(bin_dir), env={},
+                                      torch_neuron_probe=lambda: "available")
+    assert found.instance is None, found.instance
+    assert found.host == "Trainium2 host (instance type not reported)"
+    assert _trn2(found, tmp_path).nproc_per_node == 64
+
+
+def test_an_empty_lnc_file_value_is_not_the_next_lines(tmp_path):
+    """The node's LNC file with ``NEURON_LOGICAL_NC_CONFIG=`` and nothing after it sets no
+    number: the next line is not its value (the same ``\\s*`` across a newline as above)."""
+    from fixtures.tiers import lnc_controls
+
+    path = tmp_path / "logical_nc_config"
+    path.write_text("NEURON_LOGICAL_NC_CONFIG=\n2\n")
+    value, problem = lnc_controls.file_lnc(str(path))
+    assert value is None and problem and "''" in problem, (value, problem)
