@@ -5,6 +5,7 @@ rehearsal matrix, and the rehearsal's core planned for the model it runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,8 +13,9 @@ import pytest
 from fixtures.launch import kernel_worker
 from fixtures.rank.model_shapes import QWEN3_4B_INSTRUCT_2507, TINY
 from fixtures.repo import REPO_ROOT as REPO
+from fixtures.rank.titan import config_shapes
 from fixtures.runs import memory_plan, model_size, session_plan
-from fixtures.runs.catalogue import CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_NO_AC
+from fixtures.runs.catalogue import CATALOGUE, DENSE_NATIVE, DENSE_NATIVE_NO_AC, HF_BACKEND_LOAD_TIED
 from fixtures.tiers import topology
 from fixtures.tiers.rehearsal import REHEARSAL_MEMORY_ENV
 from fixtures.tiers.tier_profile import on_paper, trn2_profile
@@ -94,24 +96,96 @@ def test_qwen3_4b_on_two_cores_is_refused_with_the_figures(tmp_path):
 
 
 def test_the_plan_on_each_host_says_which_runs_do_not_fit(tmp_path):
-    """trn2.48xlarge (64 ranks): every run's state fits (0.94 GiB a rank), the estimate says
-    the runs without full AC may not; trn2.3xlarge (4 ranks): the 2-rank runs (fewer ranks, the
-    TP reference) do not fit; the pod's 2 cores: none does."""
+    """trn2.48xlarge (64 ranks): every run fits but the one without activation checkpointing
+    (its attention scores, ASSUMED materialised by the Neuron SDPA kernel, and every layer's
+    activations: 97 GiB a rank); trn2.3xlarge (4 ranks): the 2-rank runs' state alone does not
+    fit, and the MoE, transformers-backend, unaccumulated and no-AC runs are planned above the
+    core; the pod's 2 cores: none fits."""
     big = session_plan.plan(CATALOGUE, _trn2(tmp_path))
-    assert not big.not_fitting()
+    assert {n for p in big.not_fitting() for n in p.names} == {"dense_native_no_ac"}
     dense = next(p for p in big.launches if "dense_native" in p.names)
-    assert round(dense.memory.state / GIB, 2) == 0.94 and dense.memory.estimate_fits
-    maybe = {n for p in big.launches if not p.memory.estimate_fits for n in p.names}
-    assert maybe == {"dense_native_no_ac", "hf_backend_as_upstream", "hf_backend_rotary_fixed"}
+    assert round(dense.memory.state / GIB, 2) == 0.94 and dense.memory.fits
     small = session_plan.plan(CATALOGUE, _trn2(tmp_path, instance="trn2.3xlarge"))
-    assert {n for p in small.not_fitting() for n in p.names} == {"rank_scaling_fewer_ranks",
-                                                                  "tensor_parallel_reference"}
+    refused = {n for p in small.not_fitting() for n in p.names}
+    assert refused == {"dense_native_no_ac", "hf_backend_as_upstream", "hf_backend_rotary_fixed", "moe_native",
+                       "moe_native_validated", "not_accumulated", "rank_scaling_fewer_ranks",
+                       "tensor_parallel_reference"}
+    assert {n for p in small.launches if not p.memory.state_fits for n in p.names} == {
+        "rank_scaling_fewer_ranks", "tensor_parallel_reference"}
     pod = session_plan.plan(CATALOGUE, _trn2(tmp_path, cores=POD_CORES))
     assert len(pod.not_fitting()) == len(pod.launches)
     text = small.text()
-    assert "memory: 2 of 29 launches do not fit and are refused before launch: rank_scaling_fewer_ranks, " \
-           "tensor_parallel_reference" in text, text
-    assert "2 ranks  37.46 GiB a rank of 24 GiB: DOES NOT FIT (state 29.97 GiB" in text, text
+    assert ("memory: 8 of 29 launches do not fit and are refused before launch: dense_native_no_ac, "
+            "hf_backend_as_upstream, hf_backend_rotary_fixed, moe_native, moe_native_validated, not_accumulated, "
+            "rank_scaling_fewer_ranks, tensor_parallel_reference") in text, text
+    assert "2 ranks  42.2 GiB a rank of 24 GiB: DOES NOT FIT (its state alone) (runtime 1.5 GiB + state 29.97 GiB" in text, text
+
+
+def test_each_rank_counts_the_runtimes_own_memory(tmp_path):
+    """On a Neuron core the plan adds what the runtime holds outside the tensors (device-memory.rst):
+    96 MB of micro-code per physical core (two at LNC=2, one at LNC=1), and the scratchpad,
+    constants, DMA rings and collectives, ASSUMED and said so; a rehearsal's own plan adds
+    nothing (its stand-in device counts the allocator's bytes only)."""
+    from fixtures.runs import runtime_memory
+
+    for lnc in (1, 2):
+        tier = trn2_profile("trn2.48xlarge", lnc, QWEN3_4B_DIR)
+        planned = memory_plan.memory_plan(DENSE_NATIVE, tier, memory_plan.model_config(tier))
+        code = next(c for c in planned.runtime if c.name == "model_code")
+        assert code.bytes == lnc * 96 * 2**20 and not code.source.startswith("ASSUMED")
+        assert runtime_memory.assumed(planned.runtime) == ["model_shared_scratchpad", "constants", "dma_rings",
+                                                           "collectives"]
+        without = memory_plan.memory_plan(DENSE_NATIVE, tier, memory_plan.model_config(tier), capacity=0)
+        assert planned.total == without.total and planned.runtime_bytes > 0
+    text = session_plan.plan(CATALOGUE, _trn2(tmp_path)).text()
+    assert ("memory: every rank's plan counts the runtime's 1.5 GiB (micro-code documented; "
+            "model_shared_scratchpad, constants, dma_rings, collectives ASSUMED) of its core") in text, text
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    (tiny / "config.json").write_text(json.dumps({**TINY.to_hf(), "model_type": "qwen3", "tie_word_embeddings": True}))
+    rehearsal = trn2_profile("trn2.48xlarge", 2, tiny, rehearsal=True, seq_len=256)
+    assert memory_plan.memory_plan(DENSE_NATIVE, rehearsal, memory_plan.model_config(rehearsal), 1).runtime == ()
+
+
+@pytest.mark.parametrize("instance,cores", [("trn2.48xlarge", None), ("trn2.3xlarge", None),
+                                            ("trn2.48xlarge", POD_CORES)], ids=["48xlarge", "3xlarge", "pod"])
+def test_no_run_planned_above_a_core_is_launched(tmp_path, instance, cores):
+    """Every launch the plan says does not fit is refused by the check before launch
+    (``check_memory``: the run cache calls it before every launch), and every other passes it;
+    the refusal names a model of the same width that fits, and that model does fit while one
+    more layer would not."""
+    tier = _trn2(tmp_path, cores=cores, instance=instance)
+    hf = memory_plan.model_config(tier)
+    for launch in session_plan.plan(CATALOGUE, tier).launches:
+        if launch.memory.fits:
+            memory_plan.check_memory(launch.spec, tier)
+            continue
+        with pytest.raises(memory_plan.DoesNotFit) as refused:
+            memory_plan.check_memory(launch.spec, tier)
+        fitting = memory_plan.fitting_model(launch.spec, tier, hf, tier.device_memory_bytes)
+        assert fitting and fitting in str(refused.value), str(refused.value)
+        layers = int(fitting.split("with at most ")[1].split(" layers")[0])
+        built = config_shapes.shape_of(launch.spec.config)
+        twin = dataclasses.replace(launch.spec, config="dense_native") if built.moe or built.more_layers_than \
+            else launch.spec
+        assert memory_plan.memory_plan(twin, tier, {**hf, "num_hidden_layers": layers}).fits
+        if layers < hf["num_hidden_layers"]:
+            assert not memory_plan.memory_plan(twin, tier, {**hf, "num_hidden_layers": layers + 1}).fits
+
+
+def test_the_transformers_backend_is_planned_by_its_attention_and_selective_checkpointing(tmp_path):
+    """The transformers backend's flex attention keeps no scores, and torchtitan's selective AC
+    keeps each layer's input, every other matmul output and the attention output: Qwen3-4B on
+    the write-up's 64 ranks fits a core (the write-up trained it there), where planning it as
+    no AC with materialised scores gave about 100 GiB a rank."""
+    tier = _trn2(tmp_path)
+    hf = QWEN3_4B_INSTRUCT_2507
+    backend = memory_plan.memory_plan(HF_BACKEND_LOAD_TIED, tier, hf)
+    h, q, kv, inner = 2560, 32 * 128, 8 * 128, 9728
+    kept = 2 * 4096 * (h + (q + kv + inner + h) + q)
+    assert memory_plan.layer_selective_bytes(backend.shape) == kept
+    assert backend.activations == 36 * kept + memory_plan.layer_activation_bytes(backend.shape)
+    assert not backend.shape.attention_scores and backend.fits
 
 
 def test_full_activation_checkpointing_keeps_one_input_per_layer(tmp_path):
@@ -166,10 +240,11 @@ def test_a_rehearsal_plans_the_model_dir_on_paper(tmp_path, host):
     assert "memory per rank of Qwen3-4B-Instruct-2507 ON PAPER" in out and "24 GiB a logical core" in out, out
     if host == "eks-pod-two-cores":
         assert "memory: 29 of 29 launches do not fit and would be refused before launch" in out, out
-        assert "2 ranks  37.46 GiB a rank of 24 GiB: DOES NOT FIT (state 29.97 GiB" in out, out
+        assert "2 ranks  38.96 GiB a rank of 24 GiB: DOES NOT FIT (its state alone) (runtime 1.5 GiB + state 29.97 GiB" in out, out
     else:
-        assert " 64 ranks  7.672 GiB a rank of 24 GiB: fits (state 959 MiB" in out, out
-        assert out.count("memory: 0 of 29 launches do not fit") == 2, out  # the tiny model's and Qwen3-4B's
+        assert " 64 ranks  9.172 GiB a rank of 24 GiB: fits (runtime 1.5 GiB + state 959 MiB" in out, out
+        assert "memory: 0 of 29 launches do not fit" in out, out  # the tiny model's
+        assert "memory: 1 of 29 launches do not fit and would be refused before launch: dense_native_no_ac" in out, out
     assert "MiB a logical core" in out, out  # the rehearsal's own core, planned for its tiny model
 
 
