@@ -61,52 +61,37 @@ def editable_commit(dist: str) -> str | None:
     return proc.stdout.strip() or None
 
 
-_IMPORT_PROBE = (
-    "import importlib, sys\n"
-    "try:\n"
-    "    importlib.import_module(sys.argv[1])\n"
-    "except ModuleNotFoundError as exc:\n"
-    "    print('missing', exc)\n"
-    "except ImportError as exc:\n"
-    "    print('error', exc)\n"
-    "except Exception as exc:\n"
-    "    print('raised', type(exc).__name__ + ': ' + str(exc).replace(chr(10), ' '))\n"
-    "else:\n"
-    "    print('ok')\n"
-)
-
-# The Neuron runtime's refusal of busy cores (aws-neuron-sdk nrt-troubleshoot.rst:
-# "NRT:nrt_allocate_neuron_cores NeuronCore(s) not available"): TorchNeuron may start the runtime
-# when imported (the rehearsal's stand-in does: ASSUMED), so a real package can raise it then.
-RUNTIME_ANSWERED = "nrt_allocate_neuron_cores"
+# CONTRACTS.md "Version pinning": the same names on PyPI "are placeholders whose import raises
+# ImportError("WRONG PACKAGE ...") or fails to find the module".
+PLACEHOLDER_MARK = "WRONG PACKAGE"
 
 
 def placeholder_problem(dist: str, module: str) -> str | None:
-    """Why an installed Neuron distribution is not the real package, or None if it is. The
-    import is tried in a subprocess: a Neuron package's import may set up the device, and the
-    pytest process must not hold a NeuronCore."""
+    """Why an installed Neuron distribution is not the real package, or None if it is, read
+    from the files, never imported: importing torch_neuronx may start the Neuron runtime, which
+    "initializes all the cores present in the system and reserves them for the current process"
+    (neuron-runtime/guides/configuration-guide.rst) where no NEURON_RT_VISIBLE_CORES is set, as
+    in the pytest process: a check run there, or in a child of it, would take every free core
+    from the ranks, the kernel worker or a neighbour (session detection reads metadata for the
+    same reason: ``neuron_host.probe_torch_neuron``). A placeholder has no module, or a module
+    whose source raises the WRONG PACKAGE error."""
     if stack.installed_version(dist) is None:
         return None  # not installed is a different finding
-    import os
+    import importlib.util
+    from pathlib import Path
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's view
-    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, module], capture_output=True,
-                          text=True, timeout=300, env=env)
-    verdict, _, detail = (proc.stdout.strip().splitlines() or ["error no output"])[-1].partition(" ")
-    if proc.returncode != 0:
-        return (f"{dist}: importing {module} crashed the interpreter (exit {proc.returncode}): "
-                f"{proc.stderr.strip()[-300:]}")
-    if verdict == "raised" and RUNTIME_ANSWERED in detail:
-        # the real package: its runtime started at import and found the cores busy (a
-        # placeholder has no runtime); the kernel worker or a neighbour may hold them now
-        return None
-    if verdict == "missing":
-        return f"{dist} is installed but its module {module!r} is missing ({detail}): a PyPI placeholder?"
-    if verdict in ("error", "raised"):
-        if "WRONG PACKAGE" in detail:
-            return (f"{dist} is the PyPI placeholder (import raises {detail:.120}); install the real "
-                    "package from AWS's Neuron package index")
-        return f"{dist}: import {module} failed: {detail}"
+    try:
+        spec = importlib.util.find_spec(module)  # finds, does not execute, a top-level module
+    except (ImportError, ValueError) as exc:
+        return f"{dist}: its module {module!r} cannot be located ({exc})"
+    if spec is None or (spec.origin is None and not spec.submodule_search_locations):
+        return f"{dist} is installed but its module {module!r} is missing (no such module): a PyPI placeholder?"
+    source = Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    text = source.read_text(errors="replace") if source and source.is_file() else ""
+    if PLACEHOLDER_MARK in text:
+        line = next(line.strip() for line in text.splitlines() if PLACEHOLDER_MARK in line)
+        return (f"{dist} is the PyPI placeholder ({source} raises on import: {line:.120}); install the real "
+                "package from AWS's Neuron package index")
     return None
 
 
