@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fixtures.oracles import core_binding
 from fixtures.tiers import neuron_host, topology
 from fixtures.rank import probes, run_files
 from fixtures.runs.plan import RANK_WRAPPER, WRITEUP_FLAGS
@@ -166,13 +167,14 @@ def test_each_rank_holds_its_neuroncore_in_the_runtimes_view(tier, titan_runs):
     ranks = {run.probe(probes.parallel, r)["pid"]: r for r in range(run.world_size)}
     if held and not set(held) & set(ranks):
         # A container with its own PID namespace: neuron-ls lists the host's pids, which no
-        # rank can see; what stays comparable is how many runtime processes use each device.
-        by_device = {dev: sum(1 for d in held.values() if d == dev) for dev in per_device}
+        # rank can see; what stays comparable is how many runtime processes use each device
+        # of the session's (fixtures.oracles.core_binding).
+        counted = core_binding.counts(held, device_cores, rank_cores)
         expect_equal(f"{tool} lists one runtime process per rank (its pids are another namespace's: "
-                     "counted, not matched)", run.world_size, len(held), run, detail=f"listed: {held}")
-        expect_equal("each device holds one process per rank whose core is on it",
-                     {dev: n for dev, n in per_device.items() if by_device[dev]},
-                     {d: n for d, n in by_device.items() if n}, run)
+                     "counted, not matched)", run.world_size, counted.listed_total, run,
+                     detail=f"listed: {held}; on no device of the session (other tenants): {counted.others}")
+        expect_equal("each device holds one process per rank whose core is on it", counted.expected,
+                     counted.listed, run)
         return
     missing = sorted(r for pid, r in ranks.items() if pid not in held)
     expect_equal(f"every rank's process uses a NeuronCore ({tool})", [], missing, run,
