@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from fixtures.oracles import core_binding
 from fixtures.tiers import neuron_host, topology
+from fixtures.tiers.core_pinning import CorePinning
 from fixtures.rank import probes, run_files
 from fixtures.runs.plan import RANK_WRAPPER, WRITEUP_FLAGS
 from fixtures.contract import expect, expect_close_series, expect_equal, require_trained
@@ -279,18 +280,30 @@ def test_launch_line_matches_writeup(tier, titan_runs):
     agent runs with device-backend autoload off (``fixtures.runs.plan``)."""
     run = require_trained(titan_runs.get(DENSE_NATIVE))
     argv = run.launch.argv
+    pinning = tier.pinning(1)
+    agents = tier.nproc_per_node if pinning is CorePinning.AGENT_PER_RANK else 1
+    argvs = run.launch.node_argvs or [argv]
     expect(argv[0].endswith("torchrun") or argv[1:3] == ["-m", "torch.distributed.run"],
            "the launcher is torchrun", "torchrun", argv[0], run)
-    expect(f"--nproc_per_node={tier.nproc_per_node}" in argv,
-           "one process per logical core", f"--nproc_per_node={tier.nproc_per_node}",
-           [a for a in argv if a.startswith("--nproc")], run)
+    expect_equal(f"one process per logical core ({agents} agent(s): {pinning or 'no NeuronCores'})",
+                 [f"--nproc_per_node={tier.nproc_per_node // agents}"] * agents,
+                 [a for line in argvs for a in line if a.startswith("--nproc")], run)
     start = argv.index(WRITEUP_FLAGS[0])
-    expect_equal("the write-up's rendezvous/log flags, in order", WRITEUP_FLAGS,
-                 tuple(argv[start:start + len(WRITEUP_FLAGS)]), run)
+    flags = tuple(argv[start:start + len(WRITEUP_FLAGS)])
+    if agents > 1:  # one rendezvous every agent joins, in place of the write-up's localhost:0
+        flags = tuple("localhost:0" if prev == "--rdzv_endpoint" else a for prev, a in zip(("",) + flags, flags))
+    expect_equal("the write-up's rendezvous/log flags, in order", WRITEUP_FLAGS, flags, run)
     if tier.assigns_cores:
-        at = argv.index("--no-python") if "--no-python" in argv else len(argv)
-        expect_equal("each rank's core is pinned before its interpreter starts",
-                     [str(RANK_WRAPPER), "--core-base", str(tier.first_core)], argv[at + 1:at + 4], run)
+        # the expected pin follows the trainer's device choice, read from the installed
+        # torchtitan (fixtures.tiers.core_pinning, with the runtime's and TorchNeuron's sources)
+        bases = (["torchneuron"] if pinning is CorePinning.TORCHNEURON_DEFAULT else
+                 [str(tier.first_core + i * (tier.nproc_per_node // agents)) for i in range(agents)])
+        pins = []
+        for line in argvs:
+            at = line.index("--no-python") if "--no-python" in line else len(line)
+            pins.append(line[at + 1:at + 4])
+        expect_equal(f"each rank's core is given before its interpreter starts: {pinning}",
+                     [[str(RANK_WRAPPER), "--core-base", base] for base in bases], pins, run)
         expect_equal("the torchrun agent does not load TorchNeuron", "0",
                      run.launch.env_added.get("TORCH_DEVICE_BACKEND_AUTOLOAD"), run)
     entry = argv.index("torchtitan.train") - 1
@@ -309,10 +322,13 @@ def test_two_nodes_match_one_node(tier, titan_runs, record_property):
     one = require_trained(titan_runs.get(rank_scaling(tier)))
     two = require_trained(titan_runs.get(two_nodes(tier)))
     commands = two.launch.node_commands
-    expect_equal("two agents were started", 2, len(commands), two)
+    # where each rank needs an agent of its own (a trainer picking neuron:LOCAL_RANK), two nodes
+    # are as many agents as ranks: fixtures.tiers.core_pinning
+    agents = tier.nproc_per_node if tier.pinning(2) is CorePinning.AGENT_PER_RANK else 2
+    expect_equal(f"{agents} agents were started", agents, len(commands), two)
     endpoints = {c.split("--rdzv_endpoint ", 1)[1].split(" ", 1)[0] for c in commands}
-    expect(len(endpoints) == 1 and all("--nnodes=2" in c for c in commands),
-           "both agents join one rendezvous with --nnodes=2", "one endpoint", endpoints, two)
+    expect(len(endpoints) == 1 and all(f"--nnodes={agents}" in c for c in commands),
+           f"the agents join one rendezvous with --nnodes={agents}", "one endpoint", endpoints, two)
     expect_equal("the two agents form one world", tier.nproc_per_node,
                  two.probe(probes.parallel, 0)["world_size"], two)
     expect_close_series(two.losses(), one.losses(), tier.numerics.same_math_rtol,

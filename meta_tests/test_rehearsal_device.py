@@ -250,3 +250,33 @@ def test_the_neuron_compile_backend_keeps_a_cache_and_a_killed_compile_does_not_
     assert poisoned.returncode != 0 and "Got a cached failed neff" in poisoned.stderr, poisoned.stderr
     retried = _run(code, tmp_path, NEURON_COMPILE_CACHE_URL=cache, NEURON_CC_FLAGS="--retry_failed_compilation")
     assert retried.returncode == 0 and "Compile cache path:" in retried.stderr, retried.stderr
+
+
+def test_the_device_index_is_the_visible_cores_or_the_core_torchneuron_took(tmp_path):
+    """A process given NEURON_RT_VISIBLE_CORES sees that many devices and its first core is index
+    0 ("The first NeuronCore owned by the application will always have the index 0",
+    nrt-developer-guide.rst): neuron:LOCAL_RANK is refused for LOCAL_RANK > 0, saying why (the
+    fork's vintage trainer met this). With the variable unset under a launcher, TorchNeuron takes
+    core LOCAL_RANK (CONTRACTS.md "Topology"), which is device index LOCAL_RANK of the instance's
+    cores: the write-up's own line, with the fork's neuron:LOCAL_RANK, trains there."""
+    code = """
+    import json, os, torch
+    out = {"count": torch.neuron.device_count(), "current": torch.neuron.current_device()}
+    rank = int(os.environ["LOCAL_RANK"])
+    try:
+        torch.neuron.set_device(torch.device(f"neuron:{rank}"))
+        out["tensor"] = str((torch.ones(2, device="neuron") * 2).device)
+    except RuntimeError as exc:
+        out["refused"] = str(exc)
+    print(json.dumps(out))
+    """
+    cores = {rehearsal.NUM_CORES_ENV: "8"}
+    pinned = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1", LOCAL_RANK="1", **cores)
+    seen = json.loads(pinned.stdout)
+    assert (seen["count"], seen["current"]) == (1, 0), seen
+    assert "invalid device index 1: this process's device is neuron:0" in seen["refused"]
+    assert "The first NeuronCore owned by the application will always have the index 0" in seen["refused"]
+    first = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1", LOCAL_RANK="0", **cores)
+    assert json.loads(first.stdout) == {"count": 1, "current": 0, "tensor": "neuron:0"}, first.stdout + first.stderr
+    by_rank = _run(code, tmp_path, LOCAL_RANK="3", **cores)
+    assert json.loads(by_rank.stdout) == {"count": 8, "current": 3, "tensor": "neuron:3"}, by_rank.stdout + by_rank.stderr

@@ -18,6 +18,8 @@
 #   titan-0.3.0-py312  .venv-py312       the reference stack built from nothing on CPython 3.12 (the
 #                                        TorchNeuron beta's Python): the same pins and constraints
 #   rehearsal-py312    .venv-rehearsal-py312  the rehearsal's environment on that 3.12 venv
+#   rehearsal-5059f32  .venv-rehearsal-5059f32  the rehearsal's environment on .venv-titan-5059f32: the
+#                                        torchtitan trn2 users run (the Neuron fork's upstream vintage)
 # The 3.12 stacks use CONFORMANCE_PYTHON312, else the newest ~/.pyenv/versions/3.12.*, else python3.12.
 # Both cpu stacks also get the kernel vendor's pure-torch RoPE reference (nki-library at d2ad3a5).
 #
@@ -55,8 +57,9 @@ case "$STACK" in
   titan-b5bcd76) venv=.venv-titan-b5bcd76; constraints=requirements/cpu-titan-b5bcd76-constraints.txt ;;
   rehearsal)     exec 1>&3 3>&-; exec bash scripts/setup-rehearsal-venv.sh ;;
   rehearsal-py312) exec 1>&3 3>&-; exec bash scripts/setup-rehearsal-venv.sh py312 ;;
+  rehearsal-5059f32) exec 1>&3 3>&-; exec bash scripts/setup-rehearsal-venv.sh titan-5059f32 ;;
   *) echo "setup-venv: unknown stack '$STACK' (titan-0.3.0, titan-5059f32, titan-b5bcd76, rehearsal," \
-          "titan-0.3.0-py312 or rehearsal-py312)" >&2; exit 2 ;;
+          "titan-0.3.0-py312, rehearsal-py312 or rehearsal-5059f32)" >&2; exit 2 ;;
 esac
 
 wheelhouse=${CONFORMANCE_WHEELHOUSE:-}

@@ -1,7 +1,11 @@
 """``torch.neuron``: the device module (REHEARSAL STAND-IN, never Trainium evidence).
 
-One logical NeuronCore per process, device index 0. Work runs synchronously on the host, so
-streams and events order nothing (they exist for the code that uses them, e.g. FSDP2).
+One logical NeuronCore per process: device index 0 of the cores ``NEURON_RT_VISIBLE_CORES``
+gives it (the runtime numbers a process's cores from 0), or, where the variable was unset under
+a launcher, the core TorchNeuron took from ``LOCAL_RANK``, which is index ``LOCAL_RANK`` of the
+instance's cores (``csrc/neuron.cpp``, "device ownership", with the sources). Work runs
+synchronously on the host, so streams and events order nothing (they exist for the code that
+uses them, e.g. FSDP2).
 Memory figures come from the C++ allocator through ``torch.accelerator``.
 """
 
@@ -18,19 +22,20 @@ _TYPE = "neuron"
 
 
 def _index(device=None) -> int:
-    """Index of ``device`` (None, int, str or torch.device); the C++ guard rejects all but 0."""
+    """Index of ``device`` (None, int, str or torch.device); the C++ guard rejects every index
+    but the process's own (``current_device()``), saying why."""
     if device is None:
-        return 0
+        return current_device()
     if isinstance(device, str):
         device = torch.device(device)
     if isinstance(device, torch.device):
         if device.type != _TYPE:
             raise ValueError(f"Expected a neuron device, got {device}")
-        idx = 0 if device.index is None else device.index
+        idx = current_device() if device.index is None else device.index
     else:
         idx = int(device)
-    torch._C._accelerator_setDeviceIndex(idx)  # raises for idx != 0 with the runtime's reason
-    return 0
+    torch._C._accelerator_setDeviceIndex(idx)  # raises for another index, with the reason
+    return idx
 
 
 # -- device --------------------------------------------------------------------------------
@@ -41,11 +46,12 @@ def is_available() -> bool:
 
 
 def device_count() -> int:
-    return 1
+    """The logical cores the process sees: its NEURON_RT_VISIBLE_CORES list, else the instance's."""
+    return int(_rt.device_count())
 
 
 def current_device() -> int:
-    return 0
+    return int(_rt.device_index())
 
 
 def set_device(device) -> None:
@@ -180,7 +186,7 @@ def empty_cache() -> None:
 
 
 def _generator() -> torch.Generator:
-    return torch._C._accelerator_getDefaultGenerator(0)
+    return torch._C._accelerator_getDefaultGenerator(current_device())
 
 
 def manual_seed(seed: int) -> None:

@@ -71,10 +71,10 @@ def update() -> None:
         return
     current = {name: 0 for name in CATEGORIES}
     current.update(runtime_bytes())
-    current["tensors"] = int(torch.accelerator.memory_allocated(0))
+    current["tensors"] = int(torch.accelerator.memory_allocated(torch.neuron.current_device()))
     if not _last:  # the runtime frees the core's memory as the process ends: its totals go to 0
         atexit.register(_write_all, root, dict.fromkeys(CATEGORIES, 0), 0)
-    _write_all(root, current, int(torch.accelerator.max_memory_allocated(0)))
+    _write_all(root, current, int(torch.accelerator.max_memory_allocated(torch.neuron.current_device())))
 
 
 def _write_all(root: str, current: dict[str, int], allocator_peak: int) -> None:

@@ -49,7 +49,6 @@ namespace neuron {
 
 using c10::DeviceType;
 constexpr DeviceType kNeuron = DeviceType::PrivateUse1;
-const c10::Device kDevice0(kNeuron, 0);
 
 // ---------------------------------------------------------------- config --
 
@@ -75,10 +74,14 @@ int instance_cores() {
   return std::stoi(env_or("NEURON_REHEARSAL_NUM_CORES", std::to_string(8 / (lnc == 1 ? 1 : 2))));
 }
 
+struct Ownership;
+const Ownership& ownership();
+
 // NEURON_RT_VISIBLE_CORES ("3", "0-3", "0,1", "0-1,4"); if unset: LOCAL_RANK
 // under a launcher (and the variable is then set, as TorchNeuron does), else
 // every core of the instance.
 std::string visible_cores_spec() {
+  ownership();  // which device index is this process's is decided by the variable as it was before
   if (!std::getenv("NEURON_RT_VISIBLE_CORES")) {
     if (const char* lr = std::getenv("LOCAL_RANK")) {
       setenv("NEURON_RT_VISIBLE_CORES", lr, 0);
@@ -107,6 +110,62 @@ std::vector<int> parse_cores(const std::string& spec) {
   TORCH_CHECK(!cores.empty(), "NRT: empty NEURON_RT_VISIBLE_CORES");
   return cores;
 }
+
+// ------------------------------------------------------- device ownership --
+// Which torch device index is this process's one logical core, and what device_count() says.
+// Decided once, from the environment as the process found it (before the stand-in sets
+// NEURON_RT_VISIBLE_CORES from LOCAL_RANK):
+//   - NEURON_RT_VISIBLE_CORES set (a list of n cores): n devices, and the process's first core
+//     is index 0: "The first NeuronCore owned by the application will always have the index 0
+//     - for example, even if when setting NEURON_RT_VISIBLE_CORES=3,4, the two NeuronCores
+//     will be referred to as 0 and 1" (aws-neuron-sdk neuron-runtime/guides/nrt-developer-guide.rst,
+//     nrt_load's start_nc; that TorchNeuron's device index follows the runtime's is ASSUMED).
+//     The stand-in runs one core per process: indices 1..n-1 are refused (one device per
+//     process: CONTRACTS.md "Topology").
+//   - unset, under a launcher (LOCAL_RANK=k): TorchNeuron sets the variable to LOCAL_RANK
+//     (CONTRACTS.md "Topology": "if NEURON_RT_VISIBLE_CORES is unset it is set to LOCAL_RANK")
+//     and the process's device is index k of the instance's cores: the write-up's launch line
+//     sets no variable, and its torchtitan (the fork, upstream main of 5059f32c5's vintage)
+//     selects torch.device("neuron:LOCAL_RANK") (trainer.py) and trained on 64 ranks.
+//   - unset, no launcher: every core of the instance, the first of them index 0.
+struct Ownership {
+  c10::DeviceIndex index;  // the one device index this process uses
+  c10::DeviceIndex count;  // torch.neuron.device_count()
+  std::string rule;        // why (for the refusal of any other index)
+};
+
+Ownership compute_ownership() {
+  const char* visible = std::getenv("NEURON_RT_VISIBLE_CORES");
+  const char* local = std::getenv("LOCAL_RANK");
+  try {
+    if (visible && *visible) {
+      const auto n = parse_cores(visible).size();
+      return {0, c10::DeviceIndex(n),
+              "NEURON_RT_VISIBLE_CORES=" + std::string(visible) + " gives this process " + std::to_string(n) +
+                  " logical NeuronCore(s), numbered from 0 (\"The first NeuronCore owned by the application will "
+                  "always have the index 0\", aws-neuron-sdk neuron-runtime/guides/nrt-developer-guide.rst); the "
+                  "rehearsal runs one core per process, index 0"};
+    }
+    if (local && *local) {
+      const int k = std::stoi(local);
+      return {c10::DeviceIndex(k), c10::DeviceIndex(instance_cores()),
+              "NEURON_RT_VISIBLE_CORES was unset, so TorchNeuron took logical core LOCAL_RANK=" + std::to_string(k) +
+                  " (CONTRACTS.md \"Topology\"), which is device index " + std::to_string(k)};
+    }
+  } catch (const std::exception&) {
+    // a bad variable is refused with the runtime's words when the cores are reserved
+  }
+  return {0, c10::DeviceIndex(instance_cores()),
+          "NEURON_RT_VISIBLE_CORES and LOCAL_RANK are unset: every core of the instance is this process's, the "
+          "rehearsal runs the first (index 0)"};
+}
+
+const Ownership& ownership() {
+  static const Ownership o = compute_ownership();
+  return o;
+}
+
+c10::Device own_device() { return c10::Device(kNeuron, ownership().index); }
 
 // ------------------------------------------------- exclusive core locking --
 // One lock file per core in NEURON_REHEARSAL_LOCK_DIR; flock(LOCK_EX) held
@@ -236,7 +295,7 @@ struct NeuronAllocator final : c10::DeviceAllocator {
 
   c10::DataPtr allocate(size_t n) override {
     reserve_cores();  // reserved at import already (torch_neuronx/__init__.py); a no-op then
-    if (n == 0) return {nullptr, nullptr, &free_block, kDevice0};
+    if (n == 0) return {nullptr, nullptr, &free_block, own_device()};
     {
       std::lock_guard<std::mutex> lk(mu);
       const int64_t cur = stats.allocated_bytes[size_t(StatType::AGGREGATE)].current;
@@ -254,7 +313,7 @@ struct NeuronAllocator final : c10::DeviceAllocator {
     void* base = std::aligned_alloc(kHeader, ((n + kHeader + kHeader - 1) / kHeader) * kHeader);
     TORCH_CHECK_WITH(OutOfMemoryError, base, "neuron: host allocation of ", n, " bytes failed");
     *static_cast<size_t*>(base) = n;
-    return {static_cast<char*>(base) + kHeader, base, &free_block, kDevice0};
+    return {static_cast<char*>(base) + kHeader, base, &free_block, own_device()};
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dst, const void* src, size_t n) const override { std::memcpy(dst, src, n); }
@@ -329,7 +388,7 @@ void check_dtype(c10::ScalarType t) {
 
 struct NeuronGenerator final : c10::GeneratorImpl {
   at::Generator cpu = at::detail::createCPUGenerator();
-  NeuronGenerator() : c10::GeneratorImpl(kDevice0, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
+  NeuronGenerator() : c10::GeneratorImpl(own_device(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
   void set_current_seed(uint64_t s) override { cpu.set_current_seed(s); }
   void set_offset(uint64_t o) override { cpu.set_offset(o); }
   uint64_t get_offset() const override { return cpu.get_offset(); }
@@ -349,16 +408,16 @@ struct NeuronGenerator final : c10::GeneratorImpl {
 };
 
 // ---------------------------------------------------------- device guard --
-// One device (index 0) per process; work is synchronous, so streams are ids
-// and events are timestamps.
+// One device per process (``ownership()``: index 0 of its visible cores, or LOCAL_RANK where
+// TorchNeuron chose the core); work is synchronous, so streams are ids and events are timestamps.
 
 std::atomic<c10::StreamId> g_next_stream{1};
 thread_local c10::StreamId tls_stream = 0;
 
 void check_index(c10::DeviceIndex i) {
-  TORCH_CHECK(i == -1 || i == 0, "neuron: invalid device index ", int(i),
-              ": a process owns one logical NeuronCore, device index 0 (set NEURON_RT_VISIBLE_CORES "
-              "per process instead)");
+  const Ownership& o = ownership();
+  TORCH_CHECK(i == -1 || i == o.index, "neuron: invalid device index ", int(i), ": this process's device is neuron:",
+              int(o.index), " (", o.rule, ")");
 }
 
 int64_t now_ns() {
@@ -370,24 +429,24 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
   NeuronGuardImpl() = default;
   explicit NeuronGuardImpl(DeviceType t) { TORCH_CHECK(t == kNeuron); }
   DeviceType type() const override { return kNeuron; }
-  c10::Device exchangeDevice(c10::Device d) const override { check_index(d.index()); return kDevice0; }
-  c10::Device getDevice() const override { return kDevice0; }
+  c10::Device exchangeDevice(c10::Device d) const override { check_index(d.index()); return own_device(); }
+  c10::Device getDevice() const override { return own_device(); }
   void setDevice(c10::Device d) const override { check_index(d.index()); }
   void uncheckedSetDevice(c10::Device) const noexcept override {}
   c10::Stream getStream(c10::Device) const noexcept override {
-    return c10::Stream(c10::Stream::UNSAFE, kDevice0, tls_stream);
+    return c10::Stream(c10::Stream::UNSAFE, own_device(), tls_stream);
   }
-  c10::Stream getDefaultStream(c10::Device) const override { return c10::Stream(c10::Stream::DEFAULT, kDevice0); }
+  c10::Stream getDefaultStream(c10::Device) const override { return c10::Stream(c10::Stream::DEFAULT, own_device()); }
   c10::Stream getNewStream(c10::Device, int) const override {
-    return c10::Stream(c10::Stream::UNSAFE, kDevice0, g_next_stream++);
+    return c10::Stream(c10::Stream::UNSAFE, own_device(), g_next_stream++);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getNewStream(d, 0); }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
-    auto old = getStream(kDevice0);
+    auto old = getStream(own_device());
     tls_stream = s.id();
     return old;
   }
-  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  c10::DeviceIndex deviceCount() const noexcept override { return ownership().count; }
   void record(void** event, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {
     if (!*event) *event = new int64_t(0);
     *static_cast<int64_t*>(*event) = now_ns();
@@ -417,11 +476,11 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return g_initialized.load(); }
-  c10::DeviceIndex deviceCount() const override { return 1; }
+  c10::DeviceIndex deviceCount() const override { return ownership().count; }
   void setCurrentDevice(c10::DeviceIndex i) const override { check_index(i); }
-  c10::DeviceIndex getCurrentDevice() const override { return 0; }
-  c10::DeviceIndex exchangeDevice(c10::DeviceIndex i) const override { check_index(i); return 0; }
-  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex) const override { return 0; }
+  c10::DeviceIndex getCurrentDevice() const override { return ownership().index; }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex i) const override { check_index(i); return ownership().index; }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex) const override { return ownership().index; }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex i) const override {
     check_index(i);
     return at::detail::getDefaultCPUGenerator();
@@ -430,12 +489,12 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
     check_index(i);
     return at::make_generator<NeuronGenerator>();
   }
-  at::Device getDeviceFromPtr(void*) const override { return kDevice0; }
+  at::Device getDeviceFromPtr(void*) const override { return own_device(); }
   at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   // untyped_storage().resize_(n): FSDP2 frees (n = 0) and re-allocates unsharded parameters this way.
   void resizePrivateUse1Bytes(const c10::Storage& s, size_t n) const override {
     at::native::resize_bytes_cpu(s.unsafeGetStorageImpl(), n);  // allocator-generic memcpy resize
-    if (n == 0) s.unsafeGetStorageImpl()->set_data_ptr_noswap(at::DataPtr(nullptr, kDevice0));  // stay on neuron
+    if (n == 0) s.unsafeGetStorageImpl()->set_data_ptr_noswap(at::DataPtr(nullptr, own_device()));  // stay on neuron
   }
 };
 
@@ -776,6 +835,9 @@ TORCH_LIBRARY(neuron_rt, m) {
   m.def("is_initialized() -> bool", [] { return g_initialized.load(); });
   m.def("visible_cores() -> str", [] { return visible_cores_spec(); });
   m.def("memory_cap() -> int", [] { return memory_cap(); });
+  m.def("device_count() -> int", [] { return int64_t(ownership().count); });
+  m.def("device_index() -> int", [] { return int64_t(ownership().index); });
+  m.def("device_rule() -> str", [] { return ownership().rule; });
   // CPU tensor sharing a neuron tensor's memory (kept alive by it): lets gloo
   // run collectives in place. Internal: not a substitute for .cpu().
   m.def("host_alias(Tensor self) -> Tensor", [](const at::Tensor& t) {
