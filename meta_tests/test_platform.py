@@ -506,3 +506,18 @@ def test_an_empty_lnc_file_value_is_not_the_next_lines(tmp_path):
     path.write_text("NEURON_LOGICAL_NC_CONFIG=\n2\n")
     value, problem = lnc_controls.file_lnc(str(path))
     assert value is None and problem and "''" in problem, (value, problem)
+
+
+def test_the_runtimes_execution_timeout_is_set_and_said(tmp_path, monkeypatch):
+    """The docs leave NEURON_RT_EXEC_TIMEOUT to the user (600 s on trn1, 30 in a table, silent on
+    trn2): every trn2 rank gets the profile's step allowance, or the user's own value, and the
+    header says which, beside the compile allowance that is not under it."""
+    monkeypatch.delenv(tier_profile.EXEC_TIMEOUT_ENV, raising=False)
+    tier = tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path))
+    assert dict(tier.rank_env)[tier_profile.EXEC_TIMEOUT_ENV] == "120"
+    assert "NEURON_RT_EXEC_TIMEOUT=120 s (set by the suite" in tier_profile.exec_timeout_line(tier)
+    monkeypatch.setenv(tier_profile.EXEC_TIMEOUT_ENV, "900")
+    mine = tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path))
+    assert dict(mine.rank_env)[tier_profile.EXEC_TIMEOUT_ENV] == "900"
+    assert "NEURON_RT_EXEC_TIMEOUT=900 s (the user's own)" in tier_profile.exec_timeout_line(mine)
+    assert tier_profile.EXEC_TIMEOUT_ENV not in dict(tier_profile.cpu_profile().rank_env)
