@@ -424,6 +424,21 @@ def test_compiles_are_counted_by_the_documented_sequence():
     assert compile_cache_events("nothing compiled\n") is None
 
 
+def test_a_failed_neff_replayed_by_the_cache_is_named_with_the_cache(tmp_path):
+    """A graph whose compile failed once is skipped from then on ("Got a cached failed neff",
+    neuron-caching.rst): a failed run's explanation says so, with the cache and the NEFF, and
+    how to compile it again, once per NEFF however many ranks print it."""
+    from fixtures.runs.result import cached_failure_text, cached_failures
+
+    assert cached_failures(DOCS_COMPILE_LOG * 2) == [
+        ("/var/tmp/neuron-compile-cache", "/var/tmp/neuron-compile-cache/neuronxcc-2.8.0.25+a3ad0f342/"
+                                          "MODULE_12486829708343293975+d41d8cd9/model.neff")]
+    text = cached_failure_text(DOCS_COMPILE_LOG)
+    assert "the compile cache /var/tmp/neuron-compile-cache replayed a failed compile" in text
+    assert "--retry_failed_compilation" in text
+    assert cached_failure_text("nothing compiled\n") == ""
+
+
 def test_the_suite_does_not_force_compiler_wrapper_flags(tmp_path):
     """--retry_failed_compilation is the torch-xla flow's wrapper flag (neuron-caching.rst):
     the ranks get NEURON_CC_FLAGS as the user set it, and both cache settings."""
