@@ -536,3 +536,17 @@ def test_the_runtimes_execution_timeout_is_set_and_said(tmp_path, monkeypatch):
     assert dict(mine.rank_env)[tier_profile.EXEC_TIMEOUT_ENV] == "900"
     assert "NEURON_RT_EXEC_TIMEOUT=900 s (the user's own)" in tier_profile.exec_timeout_line(mine)
     assert tier_profile.EXEC_TIMEOUT_ENV not in dict(tier_profile.cpu_profile().rank_env)
+
+
+def test_the_header_says_how_much_dev_shm_the_ranks_have(monkeypatch):
+    """A pod without a memory-backed /dev/shm has its container runtime's 64 MiB: said, with what
+    a pod mounts instead; a larger one is said plainly; an unreadable one is named."""
+    import collections
+
+    fs = collections.namedtuple("fs", "f_frsize f_blocks f_bavail")
+    monkeypatch.setattr(neuron_host.os, "statvfs", lambda path: fs(4096, 16384, 16000))
+    assert neuron_host.dev_shm_line().startswith("/dev/shm: 64 MiB, 62 MiB free (a container's default size")
+    monkeypatch.setattr(neuron_host.os, "statvfs", lambda path: fs(4096, 1 << 22, 1 << 22))
+    assert neuron_host.dev_shm_line() == "/dev/shm: 16384 MiB, 16384 MiB free"
+    monkeypatch.undo()
+    assert "not readable" in neuron_host.dev_shm_line("/no/such/dir")
