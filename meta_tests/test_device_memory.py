@@ -132,7 +132,7 @@ def test_the_standin_driver_writes_the_documented_counters_and_the_probe_reads_t
                 NEURON_REHEARSAL_NUM_CORES="8", NEURON_REHEARSAL_CORES_PER_DEVICE="4",
                 NEURON_REHEARSAL_CORE_MEMORY_BYTES=str(24 << 20))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    folder = device_memory.core_folder(str(held), "5")
+    folder, _ = device_memory.core_folder(str(held), "5")
     assert folder == str(held / "neuron1" / "neuron_core1" / "stats" / "memory_usage" / "device_mem")
     counters = device_memory.read_counters(folder)
     assert set(counters) == {"collectives", "constants", "dma_rings", "driver_memory", "model_code",
@@ -142,9 +142,39 @@ def test_the_standin_driver_writes_the_documented_counters_and_the_probe_reads_t
     assert counters["model_code"]["total"] == 192 * KIB  # 2 x 96 MB of a 24 GiB core, at 24 MiB: 1/1024
     assert counters["model_shared_scratchpad"]["total"] == 1024 * KIB
     assert (Path(folder) / "tensors" / "present").read_text().strip() == str(4 << 16)
-    assert device_memory.core_folder(str(held), "6") is None  # no counters written for core 6
-    after = device_memory.read_counters(device_memory.core_folder(str(sysfs), "5"))
+    assert device_memory.core_folder(str(held), "6")[0] is None  # no counters written for core 6
+    after = device_memory.read_counters(device_memory.core_folder(str(sysfs), "5")[0])
     assert {c["total"] for c in after.values()} == {0}  # the process ended: the runtime freed its memory
+
+
+def test_a_driver_numbering_physical_cores_is_refused_not_misread(tmp_path):
+    """The sysfs guide does not say whether ``neuron_core<C>`` counts logical or physical cores
+    at LNC=2; the host matrix's tools-2.22 host numbers them physically (8 a device, the
+    logical core's counters under its first physical core). There the probe reads nothing and
+    says why: taking 8 for the logical count put logical core 5 at ``neuron0/neuron_core5``,
+    which is logical core 2's second physical core."""
+    from fixtures.tiers import rehearsal
+
+    sysfs, held = tmp_path / "sysfs", tmp_path / "while-held"
+    code = f"""
+    import shutil, torch
+    x = torch.ones(1 << 16, device="neuron")
+    torch.neuron.synchronize()
+    shutil.copytree({str(sysfs)!r}, {str(held)!r})
+    """
+    proc = _run(code, tmp_path, NEURON_REHEARSAL_SYSFS=str(sysfs), NEURON_RT_VISIBLE_CORES="5",
+                NEURON_REHEARSAL_NUM_CORES="8", NEURON_REHEARSAL_CORES_PER_DEVICE="4",
+                NEURON_REHEARSAL_CORE_MEMORY_BYTES=str(24 << 20),
+                NEURON_REHEARSAL_HOST=str(rehearsal.HOSTS_DIR / "tools-2.22.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (held / "neuron1" / "core_count").read_text().strip() == "8"
+    assert device_memory.read_counters(str(held / "neuron1" / "neuron_core2" / "stats" / "memory_usage" /
+                                           "device_mem"))["tensors"]["total"] == 4 << 16
+    # another process's counters on device 0 (logical core 2: physical cores 4 and 5)
+    (held / "neuron0" / "neuron_core5" / "stats" / "memory_usage" / "device_mem" / "tensors").mkdir(parents=True)
+    (held / "neuron0" / "core_count").write_text("8\n")
+    folder, why = device_memory.core_folder(str(held), "5", lnc=2)
+    assert folder is None and "lists 8 cores a device" in why and "not documented" in why, why
 
 
 def _one_change(release_file: str, label: str) -> dict:

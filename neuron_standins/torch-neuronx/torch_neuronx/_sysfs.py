@@ -23,8 +23,14 @@ Looser than the real thing: the real driver updates the counters at each allocat
 only at a synchronize (the suite reads them after one, as Neuron's profiling guide says to:
 ``tools/neuron-explorer/how-to-profile-workload.rst``, "Neuron is asynchronous ... Without
 sync"); the runtime categories do not count against the allocator's cap (a real core's HBM
-holds both); the core index within its device is the logical core's (ASSUMED: neuron-monitor
-numbers a trn2.48xlarge's cores 0-64, i.e. logical ones; the guide does not say for LNC=2).
+holds both). The core index within its device: the guide does not say whether it counts
+logical or physical cores at LNC=2, so the host matrix holds both sides (the host file's
+``sysfs_cores``): "logical" (the default: neuron-monitor numbers a trn2.48xlarge's cores 0-64,
+i.e. logical ones) writes logical core ``c`` of a device as ``neuron_core<c>`` with
+``core_count`` the logical cores; "physical" writes ``core_count`` 8 (Trainium2's physical
+cores) and the logical core's counters under its first physical core, ``neuron_core<LNC*c>``
+(ASSUMED), the other one's at zero: a reader that takes the count for logical cores reads
+another core's counters there.
 """
 
 from __future__ import annotations
@@ -77,11 +83,32 @@ def update() -> None:
     _write_all(root, current, int(torch.accelerator.max_memory_allocated(torch.neuron.current_device())))
 
 
+def _numbering() -> str:
+    """The rehearsed host's ``sysfs_cores`` ("logical", the default, or "physical")."""
+    path = os.environ.get("NEURON_REHEARSAL_HOST")
+    if not path:
+        return "logical"
+    import json
+
+    with open(path) as f:
+        numbering = json.load(f).get("sysfs_cores", "logical")
+    if numbering not in ("logical", "physical"):
+        raise ValueError(f"torch_neuronx (rehearsal stand-in): {path}: sysfs_cores {numbering!r} is not "
+                         "'logical' or 'physical'")
+    return numbering
+
+
 def _write_all(root: str, current: dict[str, int], allocator_peak: int) -> None:
     per_device = int(os.environ.get(CORES_PER_DEVICE_ENV) or 4)
     core = _first_core()
     device_dir = os.path.join(root, f"neuron{core // per_device}")
-    base = os.path.join(device_dir, f"neuron_core{core % per_device}", "stats", "memory_usage", "device_mem")
+    index, listed = core % per_device, per_device
+    if _numbering() == "physical":
+        lnc = 8 // per_device  # Trainium2: 8 physical cores a device
+        index, listed = index * lnc, 8
+        for other in range(index + 1, index + lnc):  # the logical core's other physical cores
+            _write_zero(os.path.join(device_dir, f"neuron_core{other}", "stats", "memory_usage", "device_mem"))
+    base = os.path.join(device_dir, f"neuron_core{index}", "stats", "memory_usage", "device_mem")
     for name, value in current.items():
         folder = os.path.join(base, name)
         os.makedirs(folder, exist_ok=True)
@@ -90,4 +117,11 @@ def _write_all(root: str, current: dict[str, int], allocator_peak: int) -> None:
         _write(os.path.join(folder, "present"), value - _last.get(name, 0))
         _write(os.path.join(folder, "peak"), peak)
         _last[name], _peak[name] = value, peak
-    _write(os.path.join(device_dir, "core_count"), per_device)
+    _write(os.path.join(device_dir, "core_count"), listed)
+
+
+def _write_zero(base: str) -> None:
+    for name in CATEGORIES:
+        os.makedirs(os.path.join(base, name), exist_ok=True)
+        for counter in ("total", "present", "peak"):
+            _write(os.path.join(base, name, counter), 0)
