@@ -141,6 +141,10 @@ def test_install_keeps_a_neuron_environments_own_versions(neuron_like_venv):
     assert "qwen3-trn-conformance" in after
     assert "what the install changed:" in proc.stdout and "+ hypothesis " in proc.stdout, proc.stdout
     assert f"pip check: there before the install, not the suite's: {BROKEN_BEFORE}" in proc.stdout, proc.stdout
+    # recorded inside the environment, where the pip check contract takes it as the environment's own
+    from reports import inventory
+
+    assert inventory.pip_check_before_install(str(neuron_like_venv)) == {BROKEN_BEFORE}
     loaded = subprocess.run([str(python), "-m", "pytest", "--help"], cwd=REPO, capture_output=True, text=True,
                             env=clean_env(), timeout=300)
     assert loaded.returncode == 0, loaded.stdout[-2000:] + loaded.stderr[-3000:]

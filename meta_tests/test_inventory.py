@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from fixtures.repo import REPO_ROOT as REPO
 from reports import inventory
 from fixtures.rank.titan import api as override_api
 
@@ -144,3 +145,36 @@ def test_the_placeholder_check_never_imports_a_neuron_package(tmp_path, monkeypa
     monkeypatch.setattr(inventory.stack, "installed_version", lambda dist: "1.0")
     assert inventory.placeholder_problem("fake-neuron", "fake_neuron_mod") is None
     assert not marker.exists(), "the check imported the package"
+
+
+def _fork_under_another_name(site) -> None:
+    """A distribution named torchtitan-neuron whose files are the ``torchtitan`` package (the Neuron
+    fork installed from its repository under a name of its own)."""
+    info = site / "torchtitan_neuron-0.2.2+neuron.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torchtitan-neuron\nVersion: 0.2.2+neuron.1\n")
+    (site / "torchtitan").mkdir()
+    (site / "torchtitan" / "__init__.py").write_text("")
+    (info / "RECORD").write_text("torchtitan/__init__.py,,\ntorchtitan_neuron-0.2.2+neuron.1.dist-info/METADATA,,\n")
+
+
+def test_a_fork_installed_under_another_name_is_found_by_what_it_provides(site, monkeypatch):
+    """Packages are found by the module they provide: a fork named torchtitan-neuron that
+    provides ``torchtitan`` is the stack's torchtitan, in the versions and stack id, and the trn2
+    install does not refuse the environment as lacking torchtitan (it did)."""
+    import importlib.util
+
+    from fixtures.tiers import stack
+
+    spec = importlib.util.spec_from_file_location("install_trn2", REPO / "scripts" / "install_trn2.py")
+    install = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(install)
+    _fork_under_another_name(site)
+    monkeypatch.setattr(sys, "path", [str(site)])  # this environment's own torchtitan out of sight
+    assert stack.provider("torchtitan") == "torchtitan-neuron"
+    assert stack.versions(("torchtitan",))["torchtitan"] == "0.2.2+neuron.1"
+    have = {"torch": "2.14.0", "torch-neuronx": "2.14.3.0", "transformers": "5.23.0",
+            "torchtitan-neuron": "0.2.2+neuron.1"}
+    assert install.missing_from(have) == []
+    # torchtitan is the fork's: only what nothing provides is missing
+    assert install.missing_from({"torch": "2.14.0"}) == ["torch-neuronx", "transformers"]

@@ -241,6 +241,22 @@ def pip_check_problems(python: str, allowed: tuple[tuple[str, str], ...] = ()) -
     return problems, text
 
 
+# What ``scripts/install-trn2.sh`` found ``pip check`` report before it installed the suite, one
+# problem a line, kept inside the environment (a copy of the venv, e.g. an upgrade's candidate,
+# carries it): ``<prefix>/share/qwen3-trn-conformance/``.
+SUITE_DISTRIBUTION = "qwen3-trn-conformance"
+
+
+def pip_check_before_install(prefix: str | None = None) -> set[str]:
+    """The problems the environment had before the suite was installed into it (empty where
+    nothing was recorded: a venv the suite's own scripts built)."""
+    from pathlib import Path
+
+    path = Path(prefix or sys.prefix) / "share" / SUITE_DISTRIBUTION / "pip-check-before-install.txt"
+    text = path.read_text() if path.is_file() else ""
+    return {line.strip() for line in text.splitlines() if line.strip()}
+
+
 def titan_api() -> dict:
     """The torchtitan API vintage detected by what the installed package offers (its version
     string does not say: upstream main was ``0.2.2`` for six months)."""

@@ -40,6 +40,25 @@ PROTECTED = ("torch", "torch-neuronx", "neuronx-cc", "nki", "nki-library", "tran
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 
 
+# The stack a Neuron training environment must have, by the module each provides: a package is
+# found by what it provides, not only by its name (the Neuron fork of torchtitan, installed from
+# its repository, may be a distribution named torchtitan-neuron that provides ``torchtitan``).
+STACK_MODULES = {"torch": "torch", "torch-neuronx": "torch_neuronx", "torchtitan": "torchtitan",
+                 "transformers": "transformers"}
+
+
+def provided(module: str) -> list[str]:
+    """The installed distributions whose files hold top-level ``module``."""
+    from importlib import metadata
+
+    return metadata.packages_distributions().get(module, [])
+
+
+def missing_from(before: dict[str, str]) -> list[str]:
+    """The stack's packages neither installed under their name nor provided by another."""
+    return [p for p, module in STACK_MODULES.items() if p not in before and not provided(module)]
+
+
 def installed() -> dict[str, str]:
     out = subprocess.run([*PIP, "list", "--format=json"], capture_output=True, text=True, check=True).stdout
     return {canonicalize_name(d["name"]): d["version"] for d in json.loads(out)}
@@ -188,6 +207,18 @@ def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return added + moved + removed
 
 
+# reports.inventory reads it (the pip check contract): inside the environment, so a copy of the
+# venv (an upgrade's candidate) carries it
+PIP_CHECK_BEFORE = Path(sys.prefix) / "share" / SUITE / "pip-check-before-install.txt"
+
+
+def record_problems_before(problems: set[str]) -> None:
+    """Keep what pip check reported before the install: the contract then judges only what the
+    suite or the stack under test changed."""
+    PIP_CHECK_BEFORE.parent.mkdir(parents=True, exist_ok=True)
+    PIP_CHECK_BEFORE.write_text("".join(f"{p}\n" for p in sorted(problems)))
+
+
 def main() -> int:
     try:
         return install()
@@ -198,7 +229,7 @@ def main() -> int:
 
 def install() -> int:
     before = installed()
-    missing_stack = [p for p in ("torch", "torch-neuronx", "torchtitan", "transformers") if p not in before]
+    missing_stack = missing_from(before)
     if missing_stack:
         print(f"install-trn2: {sys.executable} is not a Neuron training environment: "
               f"{', '.join(missing_stack)} not installed (activate the Neuron venv, or the container's "
@@ -243,6 +274,7 @@ def install() -> int:
         print("install-trn2: pip check finds new problems:\n  " + "\n  ".join(sorted(new_problems)),
               file=sys.stderr)
         return 1
+    record_problems_before(problems_before)
     kept = ", ".join(f"{p} {before[p]}" for p in PROTECTED if p in before)
     print(f"install-trn2: the suite is installed in {sys.prefix}; untouched: {kept}")
     return 0
