@@ -377,7 +377,8 @@ def test_accumulation_trains_like_one_microbatch(tier, titan_runs, record_proper
 def test_tensor_parallel_trains_like_no_tensor_parallel(tier, titan_runs, record_property):
     """A TP=2 run with sequence parallel (FSDP N/2 x TP 2 over N ranks) has the per-step loss
     and grad norm of the TP=1 run over N/2 ranks (the same FSDP degree, so the same global
-    batch) from the same checkpoint, within the tier's ``tp_rtol``, for all 10 steps."""
+    batch) from the same checkpoint, within the tier's ``tp_rtol`` (loss) and ``tp_grad_rtol``
+    (grad norm), for all 10 steps."""
     tp = require_trained(titan_runs.get(tensor_parallel(tier)))
     plain = require_trained(titan_runs.get(tensor_parallel_reference(tier)))
     dp_tp, dp_plain = tp.probe(probes.parallel, 0)["parallel_dims"]["dp_shard"], plain.probe(probes.parallel, 0)["parallel_dims"]["dp_shard"]
@@ -386,7 +387,7 @@ def test_tensor_parallel_trains_like_no_tensor_parallel(tier, titan_runs, record
     steps = tp.spec.steps
     expect_close_series(tp.losses(), plain.losses()[:steps], tier.numerics.tp_rtol,
                         "TP=2 trains like TP=1 (loss)", tp, record_property, detail=f"TP=1 run: {plain.run_dir}")
-    expect_close_series(tp.grad_norms(), plain.grad_norms()[:steps], tier.numerics.tp_rtol,
+    expect_close_series(tp.grad_norms(), plain.grad_norms()[:steps], tier.numerics.tp_grad_rtol,
                         "TP=2 trains like TP=1 (grad norm)", tp, record_property, detail=f"TP=1 run: {plain.run_dir}")
 
 
