@@ -21,6 +21,10 @@
 #      and scripts/trn2.sh; then the trn2 upgrade rehearsed (scripts/rehearse-trn2-upgrade.sh:
 #      a labelled stand-in Neuron release changing one kernel message must be flagged alone),
 #      against the session just run as the trusted one;
+#   4b. the rehearsal on the Neuron fork's vintage (torchtitan upstream main at 5059f32c5, in
+#      .venv-rehearsal-5059f32, built beside the meta tests), through the same two commands: a
+#      sample (scripts/rehearsal-5059f32-sample.txt) measuring every strict xfail of its
+#      expectations file and launching every training path once;
 #   5. the rehearsal's cheap contracts (-m 'trn2 and not slow': the topology, versions, override,
 #      RoPE kernel and MoE-conversion contracts, none launching a run) on CPython 3.12, the
 #      TorchNeuron beta's Python, in .venv-rehearsal-py312 (the reference stack built from
@@ -40,7 +44,8 @@ venv=$(bash scripts/setup-venv.sh titan-0.3.0) || exit $?
 # contracts read, start only once they are built.
 mkdir -p reports/out
 ( bash scripts/setup-venv.sh titan-5059f32 > reports/out/selftest-venv-5059f32.path &&
-  bash scripts/setup-venv.sh titan-b5bcd76 > reports/out/selftest-venv-b5bcd76.path ) \
+  bash scripts/setup-venv.sh titan-b5bcd76 > reports/out/selftest-venv-b5bcd76.path &&
+  bash scripts/setup-venv.sh rehearsal-5059f32 > reports/out/selftest-venv-rehearsal-5059f32.path ) \
   2> reports/out/selftest-venvs.log &
 more_venvs=$!
 rehearsal_venv=$(bash scripts/setup-venv.sh rehearsal) || { status=$?; wait "$more_venvs"; exit "$status"; }
@@ -96,14 +101,29 @@ echo "selftest: the exactness contracts under ATEN_CPU_CAPABILITY=$other (this m
 )
 third=$?
 echo "selftest: the rehearsal and the trn2 upgrade rehearsal done after ${SECONDS} s"
+# The rehearsal on the Neuron fork's vintage (torchtitan upstream main at 5059f32c5, the torchtitan
+# trn2 users run), through the same two commands in its own environment: a sample
+# (scripts/rehearsal-5059f32-sample.txt) that measures every strict xfail of its expectations file
+# and launches every training path; on this host its trainer (neuron:LOCAL_RANK) gets one torchrun
+# agent per rank (fixtures/tiers/core_pinning.py).
+fork_rehearsal_venv=$(cat reports/out/selftest-venv-rehearsal-5059f32.path)
+(
+  export VIRTUAL_ENV="$PWD/$fork_rehearsal_venv" PATH="$PWD/$fork_rehearsal_venv/bin:$PATH"
+  # shellcheck disable=SC2046
+  bash scripts/install-trn2.sh && bash scripts/trn2.sh --neuron-dress-rehearsal --rehearsal-host "$REHEARSAL_HOST" \
+    $(grep -v '^#' scripts/rehearsal-5059f32-sample.txt) --report-dir reports/out/rehearsal-5059f32 "$@"
+)
+fork_rehearsal=$?
+echo "selftest: the rehearsal on the fork's vintage (5059f32c5) done after ${SECONDS} s"
 bash scripts/rehearse-py312.sh "$REHEARSAL_HOST" "$@"
 py312=$?
 echo "selftest: the rehearsal's cheap contracts on Python 3.12 done after ${SECONDS} s"
 echo "selftest: meta tests exit ${meta}; cpu tier exit ${first}; the 5059f32c5 sample exit ${second};" \
      "one contract per area on torchtitan b5bcd76c6 exit ${newer}; the exactness contracts under $other kernels" \
      "exit ${matrix}; Neuron dress rehearsal and trn2 upgrade rehearsal exit ${third};" \
+     "the rehearsal on the fork's vintage exit ${fork_rehearsal};" \
      "the rehearsal's cheap contracts on Python 3.12 exit ${py312}"
-for status in "$meta" "$first" "$second" "$newer" "$matrix" "$third" "$py312"; do
+for status in "$meta" "$first" "$second" "$newer" "$matrix" "$third" "$fork_rehearsal" "$py312"; do
   if [ "$status" -ne 0 ]; then exit "$status"; fi
 done
 exit 0

@@ -44,9 +44,13 @@ fi
 # --no-build-isolation: torch_neuronx._C is compiled against the torch it will run with. The
 # build imports torch, which would autoload an installed stand-in torch_neuronx and reserve every
 # core (no NEURON_RT_VISIBLE_CORES) from a rehearsal session running meanwhile: autoload off.
+# Built from a copy of the sources: setuptools builds in the source folder, and two rehearsal
+# venvs built at once (the self-test builds three) would share its build/ folder.
+copy=$(mktemp -d)
+trap 'rm -rf "$copy"' EXIT
+cp -r "${standins[@]}" "$copy/"
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
-  "${standins[@]/#/./}"
-for dir in "${standins[@]}"; do rm -rf "$dir/build"; done
+  "${standins[@]/#neuron_standins/$copy}"
 "$venv/bin/python" - <<'PY'
 import sys
 from importlib import metadata
