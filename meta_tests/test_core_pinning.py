@@ -123,3 +123,30 @@ def test_the_wrapper_pins_or_leaves_the_core_to_torchneuron():
     unset, even where the container set it to a list (every rank would see, and reserve, all)."""
     assert _wrapper("16", {})["NEURON_RT_VISIBLE_CORES"] == "19"
     assert "NEURON_RT_VISIBLE_CORES" not in _wrapper("torchneuron", {"NEURON_RT_VISIBLE_CORES": "0-63"})
+
+
+@pytest.mark.skipif(not WHEELS.is_dir(), reason="the pinned upstream wheels (../shared/wheels) are not here")
+def test_the_torchtitan_neuron_standin_uses_only_the_forks_vintage_api():
+    """The stand-in of torchtitan-neuron (``qwen3_nki_moe_config``) is written against what the
+    fork carries, upstream main at 5059f32c5: every torchtitan name it imports is defined (or
+    re-exported) by that snapshot's module, read from its wheel."""
+    import ast
+
+    source = REPO_ROOT / "neuron_standins" / "torchtitan-neuron" / "torchtitan_neuron" / "models" / "qwen3" / \
+        "config_registry.py"
+    wheel = next(WHEELS.glob("torchtitan-0.2.2+git5059f32-*.whl"))
+    missing = []
+    with zipfile.ZipFile(wheel) as z:
+        files = set(z.namelist())
+        for node in ast.walk(ast.parse(source.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchtitan")):
+                continue
+            path = node.module.replace(".", "/")
+            module = f"{path}/__init__.py" if f"{path}/__init__.py" in files else f"{path}.py"
+            tree = ast.parse(z.read(module).decode())
+            defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            defined |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets
+                        if isinstance(t, ast.Name)}
+            defined |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+            missing += [f"{node.module}.{a.name}" for a in node.names if a.name not in defined]
+    assert missing == [], f"names the fork's vintage lacks: {missing}"

@@ -6,6 +6,12 @@ compile_config=CompileConfig(...), n_layers=4, num_experts=64, top_k=4)``. It re
 swaps: grouped experts -> ``NKIGroupedExperts``, rotary embedding -> ``GatherFreeRoPE``
 (each computing with code of its own), SDPA attention in every layer. The model's width comes from the checkpoint folder the
 harness names (``CONFORMANCE_MODEL_DIR``), as the rest of the trn2 tier's models do.
+
+Written against the torchtitan the fork carries, upstream main at 5059f32c5 (its vintage), not
+upstream's newest: every torchtitan name imported here is defined there
+(``meta_tests/test_core_pinning.py`` reads them from that snapshot's wheel), and the rehearsal on
+that snapshot (``.venv-rehearsal-5059f32``) trains the MoE path with it. torchtitan 0.3.0 still
+has them, so the rehearsal on 0.3.0 runs it too.
 """
 
 from __future__ import annotations
