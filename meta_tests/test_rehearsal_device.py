@@ -200,7 +200,7 @@ def test_a_host_that_reserves_at_the_first_device_use(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"reserve_at": "later"}')
     refused = _run(code, tmp_path, NEURON_RT_VISIBLE_CORES="1", NEURON_REHEARSAL_HOST=str(bad))
-    assert refused.returncode != 0 and "reserve_at 'later' is not 'import' or 'first_use'" in refused.stderr
+    assert refused.returncode != 0 and "reserve_at 'later' is not one of 'import', 'first_use'" in refused.stderr
 
 
 def test_the_standins_are_in_no_other_environment():

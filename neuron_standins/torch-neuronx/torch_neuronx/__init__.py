@@ -27,7 +27,6 @@ stand-in wherever the version is printed. See ``neuron_standins/README.md``.
 
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -75,15 +74,9 @@ def _reserve_at() -> str:
     """When the stand-in runtime reserves its cores: the rehearsed host's ``reserve_at``
     (``$NEURON_REHEARSAL_HOST``, ``neuron_standins/hosts/``): "import" (the default) or
     "first_use" (the first allocation, ``torch.neuron.init()`` or the process group)."""
-    path = os.environ.get("NEURON_REHEARSAL_HOST")
-    if not path:
-        return "import"
-    with open(path) as f:
-        at = json.load(f).get("reserve_at", "import")
-    if at not in ("import", "first_use"):
-        raise ValueError(f"torch_neuronx (rehearsal stand-in): {path}: reserve_at {at!r} "
-                         "is not 'import' or 'first_use'")
-    return at
+    from torch_neuronx._host import setting
+
+    return setting("reserve_at", "import", ("import", "first_use"))
 
 
 def _autoload() -> None:

@@ -85,17 +85,9 @@ def update() -> None:
 
 def _numbering() -> str:
     """The rehearsed host's ``sysfs_cores`` ("logical", the default, or "physical")."""
-    path = os.environ.get("NEURON_REHEARSAL_HOST")
-    if not path:
-        return "logical"
-    import json
+    from torch_neuronx._host import setting
 
-    with open(path) as f:
-        numbering = json.load(f).get("sysfs_cores", "logical")
-    if numbering not in ("logical", "physical"):
-        raise ValueError(f"torch_neuronx (rehearsal stand-in): {path}: sysfs_cores {numbering!r} is not "
-                         "'logical' or 'physical'")
-    return numbering
+    return setting("sysfs_cores", "logical", ("logical", "physical"))
 
 
 def _write_all(root: str, current: dict[str, int], allocator_peak: int) -> None:
