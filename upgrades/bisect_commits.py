@@ -194,7 +194,7 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(stack, package: str, repo: Path, range_text: str, selection: list[str], out: Path,
+def bisect_range(stack, package: str, repo: Path, range_text: str, selection: list[str], out: Path,
         run_suite, inherit: list[str], say=print, options=None) -> dict:
     """The whole bisection (see the module docstring); ``run_suite(env, report_dir, args)`` runs
     pytest in a candidate environment and returns its report. ``options``: how each build is
@@ -230,7 +230,7 @@ def run(stack, package: str, repo: Path, range_text: str, selection: list[str], 
                              wall_s=time.monotonic() - t0)
             return tried[i]
         report = run_suite(env, out / "reports" / commit.short, (contracts or state["contracts"]) + inherit)
-        tried[i] = Tried(commit, "tested", outcomes={c["nodeid"]: c["outcome"] for c in report["contracts"]},
+        tried[i] = Tried(commit, "tested", outcomes=dict(report.outcomes),
                          wall_s=time.monotonic() - t0)
         return tried[i]
 
