@@ -543,9 +543,9 @@ def test_a_machine_load_at_its_bound_is_not_busy_and_work_at_the_rounding_bound_
     """The bounds are inclusive: others' CPU time of exactly 10%, or steal of exactly 5%, is not
     a busy machine; tokens per step that differ by exactly TOKENS_RTOL of the larger (2 of
     2000) are the same work, 4 of 2000 are not."""
-    launch = _loaded(_launch(tmp_path, "candidate", "c", SERIES[0]["steady_times"], 0.88), perf_launch.BUSY_OTHERS,
-                     steal=perf_launch.BUSY_STEAL)
-    assert perf_launch.busy(launch) is None
+    launch = _loaded(_launch(tmp_path, "candidate", "c", SERIES[0]["steady_times"], 0.88), perf_compare.BUSY_OTHERS,
+                     steal=perf_compare.BUSY_STEAL)
+    assert perf_compare.busy(launch) is None
     trusted = [_launch(tmp_path, "trusted", f"t{i}", SERIES[i]["steady_times"], 0.88, tokens=1000) for i in A_A[0]]
     for per_rank, same in ((999, True), (998, False)):  # two ranks: 1998 (2 of 2000) and 1996 (4 of 2000)
         candidate = [_launch(tmp_path, "candidate", f"c{i}", SERIES[i]["steady_times"], 0.88, tokens=per_rank)

@@ -19,7 +19,7 @@ from meta_tests.records import session as _report
 from meta_tests.records import with_contract, with_measured
 from reports.run_record import LaunchRecord, RootCauseRecord, RunRecord, StepRecord
 from reports.session_report import MachineRecord, PreflightFinding, SessionReport, SuiteIdentity
-from upgrades import bisect_packages, candidate_env, causes, check, page, promotion, trusted
+from upgrades import bisect_packages, candidate_env, causes, check, page, promotion, sessions
 from upgrades import compare as upgrade_compare
 from upgrades import matrix as upgrade_matrix
 from upgrades.candidate_env import Change
@@ -510,18 +510,18 @@ def test_the_trusted_stack_is_asked_here_only_where_the_baseline_took_other_kern
         asked.append(selection)
         return _report({"tp": "failed"}, session="here")
 
-    monkeypatch.setattr(trusted, "run_suite", fake_run_suite)
+    monkeypatch.setattr(sessions, "run_suite", fake_run_suite)
     args = argparse.Namespace(tier="cpu")
     base = _report({"a": "passed", "tp": "passed", "x": "passed"}, machine=MachineRecord(numerics_key="epyc"))
     cand = _report({"a": "passed", "tp": "failed", "x": "passed"}, machine=MachineRecord(numerics_key="xeon"))
     today = _report({"x": "passed"}, session="cross-version")
     result = upgrade_compare.compare(base, cand, CHANGES, today=today)
-    here = trusted.trusted_here(args, STACKS[DEFAULT_STACK], base, cand, result, tmp_path, today)
+    here = sessions.trusted_here(args, STACKS[DEFAULT_STACK], base, cand, result.suspects(), tmp_path, today)
     assert asked == [["tp", "-m", "cpu"]] and {c.nodeid for c in here.contracts} == {"x", "tp"}
     again = upgrade_compare.compare(base, cand, CHANGES, today=here)
     assert again.verdict.passed and again.counts["fails with the trusted stack here"] == 1
     same = _report({"a": "passed", "tp": "passed", "x": "passed"}, machine=MachineRecord(numerics_key="xeon"))
-    assert trusted.trusted_here(args, STACKS[DEFAULT_STACK], same, cand, result, tmp_path, today) is None
+    assert sessions.trusted_here(args, STACKS[DEFAULT_STACK], same, cand, result.suspects(), tmp_path, today) is None
     assert len(asked) == 1  # the same machine: nothing rerun, the candidate is judged as is
 
 

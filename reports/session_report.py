@@ -252,10 +252,9 @@ class SessionReport:
         return cls(
             session=data.get("session", ""), complete=data.get("complete", False),
             contracts=tuple(ContractRecord.from_json(c) for c in data.get("contracts") or ()),
-            runs=tuple(RunRecord.from_json(r) for r in data.get("runs") or ()),
             platforms=tuple(data.get("platforms") or ()), stack_id=dict(data.get("stack_id") or {}),
             rehearsal=bool(data.get("rehearsal")), machine=MachineRecord.from_json(data.get("machine")),
-            suite=SuiteIdentity.from_json(data.get("suite")), inventory=Inventory.from_json(data.get("inventory")),
+            suite=SuiteIdentity.from_json(data.get("suite")),
             expectations={tier: ExpectationSourceRecord.from_json(source)
                           for tier, source in (data.get("expectations") or {}).items()},
             stack_preflight=tuple(PreflightFinding.from_json(f) for f in data.get("stack_preflight") or ()),
@@ -263,7 +262,10 @@ class SessionReport:
             not_covered=tuple(NotCovered.from_json(n) for n in data.get("not_covered") or ()),
             platform_profiles=dict(data.get("platform_profiles") or {}), markexpr=data.get("markexpr") or "",
             exitstatus=data.get("exitstatus"), started_at=data.get("started_at"),
-            finished_at=data.get("finished_at"), schema_version=version)
+            finished_at=data.get("finished_at"), schema_version=version,
+            # the parts other modules own, last
+            runs=tuple(RunRecord.from_json(r) for r in data.get("runs") or ()),
+            inventory=Inventory.from_json(data.get("inventory")))
 
     def to_json(self) -> Mapping[str, Any]:
         return {

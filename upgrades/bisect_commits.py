@@ -31,6 +31,9 @@ from pathlib import Path
 
 from upgrades import candidate_env
 from upgrades.candidates import Candidate
+from upgrades.console import say as tell
+from upgrades.sessions import run_suite, trusted_stack_id
+from upgrades.stacks import REPO, STACKS
 
 # The files of a torchtitan tree a wheel is built from (as ../shared/wheels/README.md says).
 PACKAGE_FILES = {"torchtitan": ("torchtitan", "torchtitan_recipes", "assets", "pyproject.toml", "README.md", "LICENSE"),
@@ -256,3 +259,31 @@ def bisect_range(stack, package: str, repo: Path, range_text: str, selection: li
     (out / "bisect.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "bisect.md").write_text(render(result))
     return result
+
+
+def bisect_command(request) -> int:
+    """``python -m upgrades --bisect-commits PACKAGE GOOD..BAD`` (``upgrades.cli.Request``): the
+    bisection, its page, and the first bad commits on the terminal."""
+    args = request.args
+    package, range_text = args.bisect_commits
+    stack = STACKS[args.stack]
+    if args.git_repo is None:
+        tell("upgrade: --bisect-commits needs --git-repo (a clone holding the range)")
+        return 2
+    out = (args.out or REPO / "reports" / "out" / "bisect" / f"{package}-{range_text.replace('..', '-')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        options = (candidate_env.InstallOptions(no_deps=False, index_options=request.options.index_options)
+                   if args.bisect_with_deps else None)
+        result = bisect_range(stack, package, args.git_repo.resolve(), range_text, request.selection, out, run_suite,
+                              ["--inherit-expectations", trusted_stack_id(stack)], say=tell, options=options)
+    except RangeError as exc:
+        tell(f"upgrade: {exc}")
+        return 2
+    for flip in result["bisect"]["flips"]:
+        c = flip["commit"]
+        tell(f"upgrade: first bad commit {c['sha'][:9]} ({c['date'][:10]}) {c['subject']}: "
+             f"{len(flip['contracts'])} contract(s)")
+    tell(f"upgrade: {result['builds']} builds ({result['skipped']} skipped) in {result['wall_s'] / 60:.1f} min; "
+         f"wrote {out / 'bisect.md'}")
+    return 0

@@ -38,10 +38,10 @@ def bisect(stack: Stack, cands: Sequence, changed: list[str], baseline: Mapping[
     built = reused = 0
     for cand in cands:
         say(f"upgrade: bisect: {cand.text} alone")
+        folder = out / f"bisect-{candidate_env.candidate_id(stack.name, [cand], options)}"
         env = candidate_env.build(stack, [cand], say=say, options=options)
         built, reused = built + env.built, reused + (not env.built)
-        report = run_suite(env, out / f"bisect-{candidate_env.candidate_id(stack.name, [cand], options)}",
-                           changed + list(inherit))
+        report = run_suite(env, folder, changed + list(inherit))
         single[cand.text] = dict(report.outcomes)
     return BisectFindings(environments_built=built, environments_reused=reused,
                           attribution={n: attribute(n, baseline, candidate, single) for n in changed},

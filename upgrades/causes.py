@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -164,3 +164,13 @@ def deviation_remeasured(after: ContractRecord) -> str | None:
         cause, _ = failure_cause(failure)
         return f"not re-measured: its run died of {cause}"
     return None
+
+
+def explain(contracts: Sequence[ContractChange], candidate: Mapping[str, ContractRecord],
+            runs_by_key: Mapping[str, RunRecord]) -> tuple[list[FailureGroup], Mapping[str, str]]:
+    """The newly failing contracts grouped by cause (``group_failures``), and for each known
+    deviation both sides hold, why the candidate did not measure it again where it did not
+    (``deviation_remeasured``; node id -> why)."""
+    unmeasured = {c.nodeid: why for c in contracts
+                  if c.holds_a_deviation and (why := deviation_remeasured(candidate[c.nodeid]))}
+    return group_failures(contracts, runs_by_key), unmeasured

@@ -5,12 +5,15 @@
 from __future__ import annotations
 
 import argparse
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from fixtures.tiers.tier_name import Tier
-from upgrades import candidate_env, perf_history
-from upgrades.stacks import DEFAULT_STACK, STACKS
+from upgrades import candidate_env, candidates, perf_history
+from upgrades.candidates import Candidate
 from upgrades.console import say
+from upgrades.stacks import DEFAULT_STACK, STACKS, Stack
 
 DEFAULT_SELECTION = ["conformance", "-m", "cpu"]
 TRN2_SELECTION = ["conformance", "-m", "trn2"]
@@ -76,6 +79,66 @@ def parse_args(argv: list[str], description: str | None = None) -> tuple[argpars
                         help="several candidate sets, one per line, each checked against the one trusted stack; "
                              "one page with a row per set (upgrades.matrix)")
     return parser.parse_args(argv), selection
+
+
+@dataclass(frozen=True)
+class Request:
+    """One command as asked: its options, the pytest selection, and for an upgrade check the
+    candidates, the trusted stack (on trn2: the active Neuron environment) and how pip
+    installs the candidates."""
+
+    args: argparse.Namespace
+    argv: tuple[str, ...]
+    selection: list[str]
+    options: candidate_env.InstallOptions
+    candidates: tuple[Candidate, ...] = ()
+    stack: Stack | None = None
+
+
+def parse(argv: list[str], description: str | None = None) -> Request | int:
+    """The command ``argv`` asks for, or the exit status of a usage error (said on stderr) or
+    of ``--help``."""
+    try:
+        args, selection = parse_args(argv, description)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    options = install_options(args)
+    if args.bisect_commits or args.candidate_matrix is not None:  # each row or commit names its own
+        return Request(args, tuple(argv), selection, options)
+    cands = _candidates(args)
+    if cands is None:
+        return 2
+    stack, selection = _trusted_stack(args, selection)
+    if stack is None:
+        return 2
+    return Request(args, tuple(argv), selection, options, tuple(cands), stack)
+
+
+def _candidates(args) -> list[Candidate] | None:
+    """The candidates asked for, or None after saying why not (a usage error)."""
+    try:
+        cands = [candidates.parse(text, git_repo=args.git_repo) for text in args.candidate]
+        if args.candidate_set is not None:
+            cands += candidates.from_set_file(args.candidate_set, git_repo=args.git_repo)
+    except candidates.CandidateUsageError as exc:
+        say(f"upgrade: {exc}")
+        return None
+    if not cands:
+        say("upgrade: no candidate given (--candidate or --candidate-set)")
+        return None
+    return cands
+
+
+def _trusted_stack(args, selection: list[str]) -> tuple[Stack | None, list[str]]:
+    """The trusted stack (on trn2: the active Neuron environment) and the selection to run."""
+    if args.tier != Tier.TRN2:
+        return STACKS[args.stack], selection
+    venv = args.trusted_venv or (Path(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None)
+    if venv is None or not (venv / "bin" / "python").exists():
+        say("upgrade: --tier trn2 copies the active Neuron environment: activate it or pass --trusted-venv")
+        return None, selection
+    stack = Stack(f"trn2-{venv.resolve().name}", venv.resolve(), None)
+    return stack, (TRN2_SELECTION if selection == DEFAULT_SELECTION else selection)
 
 
 def install_options(args) -> candidate_env.InstallOptions:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from fixtures.session.expectations import failed_differently
@@ -17,7 +18,6 @@ from reports import gate
 from reports.session_report import ContractRecord, SessionReport
 from upgrades import causes
 from upgrades.candidate_env import Change
-from upgrades.causes import group_failures
 from upgrades.comparison import (Comparison, ContractChange, FailingDetail, FailureGroup, FigureChange, HeldDeviation,
                                  RunChange, RunFigures, SessionRuns, Today)
 from upgrades.verdict import ContractVerdict, Owner
@@ -109,12 +109,6 @@ def mark_outcomes_against_today(contracts: Iterable[ContractChange], today: Sess
             if c.category == "newly failing" and now.get(c.nodeid) in BAD else c for c in contracts]
 
 
-def suspects(result: Comparison) -> list[str]:
-    """The contracts a trusted session on this machine should answer for before the candidate is
-    blamed: those newly failing and those whose figures moved."""
-    return result.suspects()
-
-
 def compare(baseline: SessionReport, candidate: SessionReport, changes: Sequence[Change] = (),
             pip_check: Sequence[str] | None = None, today: SessionReport | None = None) -> Comparison:
     """The upgrade's comparison. ``changes``: the versions that moved. ``today``: a trusted
@@ -129,7 +123,8 @@ def compare(baseline: SessionReport, candidate: SessionReport, changes: Sequence
     measured, remeasured = mark_against_today(measured, today)
     runs_b, runs_c = _run_figures(baseline), _run_figures(candidate)
     counts = {k: sum(1 for c in contracts if c.category == k) for k in CATEGORIES}
-    groups = group_failures(contracts, {r.key: r for r in candidate.runs if r.key})
+    groups, unmeasured = causes.explain(contracts, cand, {r.key: r for r in candidate.runs if r.key})
+    contracts = [replace(c, not_remeasured=unmeasured.get(c.nodeid)) if c.holds_a_deviation else c for c in contracts]
     xfails = [c for c in contracts if c.holds_a_deviation]
     still = [HeldDeviation(c.nodeid, c.expectation) for c in xfails if not c.not_remeasured]
     verdict = contract_verdict(_problems(contracts, counts, pip_check, candidate), groups, counts["upstream fixed"],
@@ -156,8 +151,7 @@ def _contract_change(nodeid: str, b: ContractRecord | None, c: ContractRecord | 
             message=message, runs=c.runs, repro_bundle=c.repro_bundle,
             differently=failed_differently(message)))  # a known deviation failing otherwise
     if category == "unchanged" and before == "xfailed" and after == "xfailed":
-        return ContractChange(nodeid, before, after, category, expectation=c.expectation,
-                              not_remeasured=causes.deviation_remeasured(c))
+        return ContractChange(nodeid, before, after, category, expectation=c.expectation)  # re-measured: causes
     if category == "upstream fixed":
         return ContractChange(nodeid, before, after, category, expectation=b.expectation or (c and c.expectation))
     return ContractChange(nodeid, before, after, category)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrades.result import UpgradeResult
+from upgrades.stacks import REPO
 
 
 class MatrixUsageError(ValueError):
@@ -120,3 +121,15 @@ def check_rows(matrix: Path, argv: list[str], out: Path, check) -> int:
     (out / "matrix.md").write_text(render(entries, f"Upgrade matrix: {len(entries)} candidate set(s)"))
     print(f"upgrade: wrote {out / 'matrix.md'}")
     return 0 if all(e.result.passed for e in entries) else 1
+
+
+def matrix_command(request, check) -> int:
+    """``--candidate-matrix FILE`` (``upgrades.cli.Request``): ``check`` (the single check's
+    ``main``) once per line of the file, with the command's other options."""
+    args, argv = request.args, list(request.argv)
+    rest = [a for i, a in enumerate(argv) if a != "--candidate-matrix" and
+            (i == 0 or argv[i - 1] != "--candidate-matrix") and not a.startswith("--candidate-matrix=")]
+    out = (args.out or REPO / "reports" / "out" / "upgrade" / f"matrix-{args.candidate_matrix.stem}").resolve()
+    if args.out is not None:
+        rest = [a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")]
+    return check_rows(args.candidate_matrix, rest, out, check)

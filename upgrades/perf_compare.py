@@ -26,8 +26,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from fixtures.oracles import performance
-from upgrades.perf_launch import Launch, busy
+from reports.perf_history import MachineLoadFigures
+from upgrades.perf_launch import Launch
 from upgrades.verdict import Finding, label as findings_label
+
+
+# A session's own processes may use every core; beyond that, CPU time taken by other processes
+# (or stolen by the hypervisor) above these fractions of the machine makes its step times
+# another machine's: the verdict is INCONCLUSIVE, never SLOWER or PASS on them.
+BUSY_OTHERS = 0.10
+BUSY_STEAL = 0.05
+
+
+def busy(launch: Launch) -> str | None:
+    """Why a launch's machine was busy (others' CPU time, or steal), or None."""
+    load = launch.machine_load or MachineLoadFigures()
+    if load.others_fraction > BUSY_OTHERS:
+        return (f"{launch.stack} session {launch.report_dir.name}: other processes used "
+                f"{load.others_fraction:.0%} of the machine's CPU time (bound {BUSY_OTHERS:.0%})")
+    if load.steal_fraction > BUSY_STEAL:
+        return (f"{launch.stack} session {launch.report_dir.name}: the hypervisor stole "
+                f"{load.steal_fraction:.0%} of the CPU time (bound {BUSY_STEAL:.0%})")
+    return None
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def entry_of(launch: Launch, source: str) -> Entry | None:
     """A launch as a history entry; None where it measured nothing a comparison can rest on
     (``perf_compare.measurement_problems``) or its machine was busy (its step time is another
     machine's): such a session is not stored."""
-    if launch.report is None or perf_compare.measurement_problems([launch], paired=False) or perf_launch.busy(launch):
+    if launch.report is None or perf_compare.measurement_problems([launch], paired=False) or perf_compare.busy(launch):
         return None
     return Entry(stack=launch.stack_id, recorded_at=_iso(launch.report.finished_at),
                  session=launch.report.session or launch.report_dir.name, source=source,
@@ -266,7 +266,7 @@ def record(python: Path, tier: Tier, launches: int, root: Path, extra: list[str]
         launch = perf_launch.run_session("trusted", python, tier, report_dir, extra, cwd=REPO)
         stored = add(root, [launch], "record")
         if not stored:
-            problems = perf_compare.measurement_problems([launch], paired=False) + [perf_launch.busy(launch) or ""]
+            problems = perf_compare.measurement_problems([launch], paired=False) + [perf_compare.busy(launch) or ""]
             print(f"perf_history: session {index + 1} not stored: {'; '.join(p for p in problems if p)}",
                   file=sys.stderr)
         done += len(stored)

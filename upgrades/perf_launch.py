@@ -157,13 +157,6 @@ def read_launch(stack: str, report_dir: Path) -> Launch:
     return Launch(stack, report_dir, figures, outcome, leak, report=report)
 
 
-# A session's own processes may use every core; beyond that, CPU time taken by other processes
-# (or stolen by the hypervisor) above these fractions of the machine makes its step times
-# another machine's: the verdict is INCONCLUSIVE, never SLOWER or PASS on them.
-BUSY_OTHERS = 0.10
-BUSY_STEAL = 0.05
-
-
 class MachineLoad:
     """CPU time of the whole machine, of this process's children (the session) and stolen,
     around one session: what else ran while it was timed."""
@@ -183,18 +176,6 @@ class MachineLoad:
                                   others_fraction=round(max(busy(after) - busy(self.cpu) - own, 0.0) / capacity, 3),
                                   steal_fraction=round(steal / capacity, 3),
                                   loadavg_1m_end=round(os.getloadavg()[0], 2))
-
-
-def busy(launch: Launch) -> str | None:
-    """Why a launch's machine was busy (others' CPU time, or steal), or None."""
-    load = launch.machine_load or MachineLoadFigures()
-    if load.others_fraction > BUSY_OTHERS:
-        return (f"{launch.stack} session {launch.report_dir.name}: other processes used "
-                f"{load.others_fraction:.0%} of the machine's CPU time (bound {BUSY_OTHERS:.0%})")
-    if load.steal_fraction > BUSY_STEAL:
-        return (f"{launch.stack} session {launch.report_dir.name}: the hypervisor stole "
-                f"{load.steal_fraction:.0%} of the CPU time (bound {BUSY_STEAL:.0%})")
-    return None
 
 
 # Each trn2 session compiles into a compile cache of its own (a new folder in its report folder):
