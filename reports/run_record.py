@@ -106,9 +106,13 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+        # reports of the first rounds (format 1, 2026-11-29 to 12-01) kept the launch's exit flat
+        # in the run and named its session ``launched_in_session``
+        launch = data.get("launch") or {name: data[name] for name in LAUNCH_FIELDS if name in data}
         return cls(key=data.get("key", ""), description=data.get("description", ""), ok=data.get("ok", True),
-                   session=data.get("session", ""), steps=tuple(StepRecord.from_json(s) for s in data.get("steps") or ()),
-                   launch=LaunchRecord.from_json(data.get("launch") or {}),
+                   session=data.get("session", data.get("launched_in_session", "")),
+                   steps=tuple(StepRecord.from_json(s) for s in data.get("steps") or ()),
+                   launch=LaunchRecord.from_json(launch),
                    compile_cache=CompileCacheEvents.from_json(data.get("compile_cache")),
                    spec=data.get("spec") or {}, run_dir=data.get("run_dir", ""),
                    finished_at=data.get("finished_at", 0.0))

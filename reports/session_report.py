@@ -58,7 +58,7 @@ class ContractRecord:
         performance, manifest = measured.pop("performance", None), measured.pop("export_manifest", None)
         return cls(nodeid=data["nodeid"], outcome=data["outcome"], duration_s=data.get("duration_s", 0.0),
                    area=data.get("area"), tier=data.get("tier"), rehearsal=data.get("rehearsal"),
-                   message=data.get("message"), failure=data.get("failure"), runs=tuple(data.get("runs") or ()),
+                   message=data.get("message"), failure=data.get("failure"), runs=tuple(map(_run_key, data.get("runs") or ())),
                    repro_bundle=data.get("repro_bundle"), expectation=data.get("expectation"),
                    measured=measured, performance=PerformanceRecord.from_json(performance) if performance else None,
                    export_manifest=manifest, parameters=data.get("parameters"))
@@ -88,6 +88,11 @@ class ContractRecord:
         except ValueError:
             return None
         return sorted({str(i[2]) for i in manifest if isinstance(i, list) and len(i) == 3}) or None
+
+
+def _run_key(run: str | Mapping[str, str]) -> str:
+    """A run a contract read, by its key (reports of the first rounds named it ``{"key", "run_dir"}``)."""
+    return run if isinstance(run, str) else run["key"]
 
 
 @dataclass(frozen=True)
