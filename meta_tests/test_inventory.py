@@ -135,8 +135,6 @@ def test_the_placeholder_check_never_imports_a_neuron_package(tmp_path, monkeypa
     core of the host (configuration-guide.rst), taking them from the ranks, the kernel worker
     or a neighbour. (It used to import the module in a subprocess with no core pinned.) A real
     package whose import would fail on busy cores is still not a placeholder."""
-    from reports import inventory
-
     marker = tmp_path / "imported"
     (tmp_path / "fake_neuron_mod.py").write_text(
         f"open({str(marker)!r}, 'w').write('the runtime started here')\n"

@@ -13,6 +13,7 @@ contract the baseline does not have that failed. Newly passing contracts and new
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,7 @@ class GateResult:
     baseline_problem: str | None = None  # a baseline of another stack, or none committed
     baseline_stack: str | None = None
     performance: list[str] = field(default_factory=list)  # figures against the baseline's; never fail the gate
-    differently: dict[str, str] = field(default_factory=dict)  # nodeid -> a known deviation failing otherwise
+    differently: Mapping[str, str] = field(default_factory=dict)  # nodeid -> a known deviation failing otherwise
     other_suite: str | None = None  # the baseline was recorded by another suite: no figure compared
     other_machine: str | None = None  # the baseline's figures were computed on other kernel paths
 
