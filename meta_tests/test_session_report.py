@@ -112,8 +112,8 @@ def test_a_report_built_from_its_parts_reads_back_the_same():
     performance = PerformanceRecord(ranks={"0": rank}, run="pretrain", warmup_rule="r",
                                     compile_cache=CompileCacheEvents(compiled=2, cached=1), core_capacity_gib=24.0)
     run = RunRecord(key="k", description="dense_native steps=2", ok=False, session="s",
-                    steps=(StepRecord(1, loss=6.2, max_loss=6.3, grad_norm=1.0, memory_gib=0.1, step_time_s=1.0,
-                                      tokens_per_s=100.0),),
+                    steps=(StepRecord(1, loss=6.2, step_time_s=1.0, memory_gib=0.1,
+                                      rest={"max_loss": 6.3, "grad_norm": 1.0, "tokens_per_s": 100.0}),),
                     launch=LaunchRecord(returncode=1, wall_s=3.0, stopped="cap",
                                         root_cause=RootCauseRecord("ValueError: x", "Traceback", {"rank": 1}),
                                         rest={"argv": ["torchrun"]}),

@@ -20,25 +20,25 @@ from fixtures.oracles.performance_record import CompileCacheEvents
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One logged training step (``fixtures.runs.result.StepMetrics``), as rank 0 logged it."""
+    """One logged training step (``fixtures.runs.result.StepMetrics``), as rank 0 logged it: the
+    figures the pages read (loss, step time, memory); the rest (max loss, grad norm, tokens/s)
+    as written."""
 
     step: int
     loss: float | None = None
-    max_loss: float | None = None
-    grad_norm: float | None = None
-    memory_gib: float | None = None
     step_time_s: float | None = None
-    tokens_per_s: float | None = None
+    memory_gib: float | None = None
+    rest: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StepRecord:
-        return cls(step=data.get("step", 0), loss=data.get("loss"), max_loss=data.get("max_loss"),
-                   grad_norm=data.get("grad_norm"), memory_gib=data.get("memory_gib"),
-                   step_time_s=data.get("step_time_s"), tokens_per_s=data.get("tokens_per_s"))
+        read = ("step", "loss", "step_time_s", "memory_gib")
+        return cls(step=data.get("step", 0), loss=data.get("loss"), step_time_s=data.get("step_time_s"),
+                   memory_gib=data.get("memory_gib"), rest={k: v for k, v in data.items() if k not in read})
 
     def to_json(self) -> Mapping[str, Any]:
-        return {"step": self.step, "loss": self.loss, "max_loss": self.max_loss, "grad_norm": self.grad_norm,
-                "memory_gib": self.memory_gib, "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s}
+        return {"step": self.step, "loss": self.loss, **self.rest, "memory_gib": self.memory_gib,
+                "step_time_s": self.step_time_s}
 
 
 @dataclass(frozen=True)
