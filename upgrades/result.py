@@ -7,8 +7,10 @@ whenever it is asked for, never edited as text; ``to_json`` is ``upgrade.json`` 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fixtures.oracles.performance import PerfPolicy
@@ -98,6 +100,11 @@ class UpgradeResult:
         if self.promote is not None:
             out["promote"], out["constraints"] = list(self.promote), self.constraints
         return out
+
+    @classmethod
+    def load(cls, path: Path) -> UpgradeResult:
+        """A check's ``upgrade.json``."""
+        return cls.from_json(json.loads(Path(path).read_text()))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> UpgradeResult:
