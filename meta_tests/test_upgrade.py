@@ -243,7 +243,7 @@ def test_real_candidate_end_to_end(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=1200)
     # 1 is a FAIL verdict, never a crash (an uncaught exception exits 1 too)
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
-    result = UpgradeResult.load(out / "upgrade.json").comparison
+    result = UpgradeResult.read(out / "upgrade.json").comparison
     assert Change("transformers", "5.23.0", "5.24.0", "candidate", source="index") in result.versions
     assert result.contracts and all(c.nodeid.startswith("conformance/test_versions.py") for c in result.contracts)
     text = (out / "upgrade.md").read_text()

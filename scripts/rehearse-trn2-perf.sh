@@ -45,7 +45,7 @@ import sys
 from upgrades.result import UpgradeResult
 from upgrades.verdict import Finding
 path, status, want = sys.argv[1:]
-result = UpgradeResult.load(path)
+result = UpgradeResult.read(path)
 changed = {c.nodeid: c.category for c in result.comparison.contracts if c.category != "unchanged"}
 perf = result.performance.verdict
 print(f"trn2 performance rehearsal, {path}: {result.verdict.text()}")

@@ -33,7 +33,7 @@ status=0
 "$venv/bin/python" - "$out/upgrade.json" "$status" <<'PY'
 import sys
 from upgrades.result import UpgradeResult
-result = UpgradeResult.load(sys.argv[1])
+result = UpgradeResult.read(sys.argv[1])
 changed = {c.nodeid: c.category for c in result.comparison.contracts if c.category != "unchanged"}
 want = {"conformance/test_rope.py::test_kernel_rejects_bad_seq_len_itself[trn2]": "newly failing"}
 print(f"trn2 upgrade rehearsal: {result.verdict.text()}")

@@ -80,7 +80,7 @@ def row_result(folder: Path) -> UpgradeResult | NotBuilt:
     """A row's upgrade.json, or what its page says where none was written (NOT BUILT)."""
     data = folder / "upgrade.json"
     if data.is_file():
-        return UpgradeResult.load(data)
+        return UpgradeResult.read(data)
     page = folder / "upgrade.md"
     text = page.read_text() if page.is_file() else "no page written"
     verdict = "NOT BUILT" if "NOT BUILT" in text else "no result"

@@ -102,7 +102,7 @@ class UpgradeResult:
         return out
 
     @classmethod
-    def load(cls, path: Path) -> UpgradeResult:
+    def read(cls, path: Path) -> UpgradeResult:
         """A check's ``upgrade.json``."""
         return cls.from_json(json.loads(Path(path).read_text()))
 
