@@ -7,17 +7,17 @@ of its release file."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from dataclasses import replace
 
 from fixtures.oracles import performance
 from fixtures.oracles.performance import PerfPolicy
 from fixtures.oracles.performance_record import CompileCacheEvents, PerformanceRecord, RankRecord
 from fixtures.rank.probes import device_memory
 from fixtures.repo import REPO_ROOT
+from fixtures.tiers import rehearsal
 from meta_tests.test_rehearsal_device import _run
 from upgrades import perf_compare, perf_launch, perf_page
 from upgrades.perf_launch import Launch
@@ -162,8 +162,6 @@ def test_a_driver_numbering_physical_cores_is_refused_not_misread(tmp_path):
     logical core's counters under its first physical core). There the probe reads nothing and
     says why: taking 8 for the logical count put logical core 5 at ``neuron0/neuron_core5``,
     which is logical core 2's second physical core."""
-    from fixtures.tiers import rehearsal
-
     sysfs, held = tmp_path / "sysfs", tmp_path / "while-held"
     code = f"""
     import shutil, torch

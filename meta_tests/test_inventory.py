@@ -14,6 +14,7 @@ import pytest
 from fixtures.repo import REPO_ROOT as REPO
 from reports import inventory
 from fixtures.rank.titan import api as override_api
+from fixtures.tiers import stack
 
 pytestmark = pytest.mark.meta
 
@@ -161,8 +162,6 @@ def test_a_fork_installed_under_another_name_is_found_by_what_it_provides(site, 
     provides ``torchtitan`` is the stack's torchtitan, in the versions and stack id, and the trn2
     install does not refuse the environment as lacking torchtitan (it did)."""
     import importlib.util
-
-    from fixtures.tiers import stack
 
     spec = importlib.util.spec_from_file_location("install_trn2", REPO / "scripts" / "install_trn2.py")
     install = importlib.util.module_from_spec(spec)
