@@ -14,7 +14,6 @@ no assertion: the contracts assert; this shows how far each figure is from its b
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from fixtures.oracles.numerics import CPU_NUMERICS  # noqa: E402  (the repository on sys.path first)
 from fixtures.tiers import machine  # noqa: E402
+from reports.session_report import SessionReport  # noqa: E402
 
 # contract -> the tier profile's tolerance it is held to
 EXACTNESS = {
@@ -61,16 +61,16 @@ def run_sessions(out: Path) -> dict[str, Path]:
 
 def figures(report_dir: Path) -> tuple[str, dict[tuple[str, str], object]]:
     """(the session's kernel paths, {(contract, figure): value}), outcomes as figure 'outcome'."""
-    report = json.loads((report_dir / "report.json").read_text())
-    label = (report.get("machine") or {}).get("numerics_label", "kernel paths not recorded")
+    report = SessionReport.load(report_dir)
+    label = (report.machine.numerics_label if report.machine else None) or "kernel paths not recorded"
     out: dict[tuple[str, str], object] = {}
-    for c in report["contracts"]:
-        base = c["nodeid"].split("[", 1)[0]
+    for c in report.contracts:
+        base = c.nodeid.split("[", 1)[0]
         if base not in EXACTNESS:
             continue
-        name = c["nodeid"].split("::", 1)[1]
-        out[(name, "outcome")] = c["outcome"]
-        for figure, value in (c.get("measured") or {}).items():
+        name = c.nodeid.split("::", 1)[1]
+        out[(name, "outcome")] = c.outcome
+        for figure, value in c.measured.items():
             if isinstance(value, (int, float)) and ("error" in figure or "ulps" in figure):
                 out[(name, figure)] = value
     return label, out

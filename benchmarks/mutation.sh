@@ -78,15 +78,17 @@ fixtures.oracles.performance.x_compare_step_times__mutmut_* fixtures.oracles.per
 fixtures.oracles.performance.x_unmeasured__mutmut_* fixtures.oracles.performance.x__measured__mutmut_*
 fixtures.oracles.performance.xǁComparisonǁinconclusive__mutmut_* fixtures.oracles.performance.x_t975__mutmut_*
 fixtures.oracles.performance.x_compare_step_times_one_launch__mutmut_* upgrades.perf_compare.x_busy__mutmut_*
-upgrades.perf_compare.xǁLaunchǁslowest_rank__mutmut_* upgrades.perf_compare.x_inconclusive_reason__mutmut_*
+upgrades.perf_launch.xǁLaunchǁslowest_rank__mutmut_* upgrades.perf_compare.x_inconclusive_reason__mutmut_*
 upgrades.perf_compare.x_work_changed__mutmut_* upgrades.perf_compare.xǁVerdictǁmore_launches_could_decide__mutmut_*
-upgrades.perf_compare.xǁVerdictǁverdict__mutmut_* upgrades.perf_history.x_largest_split_change__mutmut_*
+upgrades.perf_compare.xǁVerdictǁlabel__mutmut_* upgrades.perf_history.x_largest_split_change__mutmut_*
 upgrades.perf_history.x_aa_policy__mutmut_* upgrades.perf_history.x_against_history__mutmut_*"
 PATTERNS[upgrade]="upgrades.compare.x_categorize__mutmut_* upgrades.compare.x_compare__mutmut_*
 upgrades.compare.x__problems__mutmut_* upgrades.compare.x_contract_verdict__mutmut_*
 upgrades.verdict.xǁContractVerdictǁbody__mutmut_* upgrades.verdict.xǁContractVerdictǁtext__mutmut_*
 upgrades.verdict.xǁUpgradeVerdictǁoutcome__mutmut_* upgrades.verdict.xǁUpgradeVerdictǁtext__mutmut_*
-upgrades.result.xǁUpgradeResultǁverdict__mutmut_* upgrades.result.xǁUpgradeResultǁto_json__mutmut_*"
+upgrades.result.xǁUpgradeResultǁverdict__mutmut_* upgrades.result.xǁUpgradeResultǁto_json__mutmut_*
+upgrades.result.x_verdict_of__mutmut_* upgrades.verdict.x_label__mutmut_* upgrades.causes.x_explain__mutmut_*
+upgrades.comparison.xǁContractChangeǁholds_a_deviation__mutmut_* upgrades.comparison.xǁComparisonǁsuspects__mutmut_*"
 PATTERNS[expectations]="fixtures.session.expectations.x_parse__mutmut_* fixtures.session.expectations.xǁExpectationǁholds_for__mutmut_*
 fixtures.session.expectations.xǁExpectationǁmeasured__mutmut_* fixtures.session.expectations.x_pytest_runtest_makereport__mutmut_*"
 PATTERNS[culprit]=""  # the whole module
@@ -94,6 +96,7 @@ ONLY[gate]="reports/gate.py"
 TESTS[gate]="meta_tests/test_gate.py"
 DESEL[gate]=""
 ONLY[performance]="upgrades/perf_compare.py
+upgrades/perf_launch.py
 upgrades/perf_history.py
 fixtures/oracles/performance.py"
 TESTS[performance]="meta_tests/test_performance.py
@@ -103,10 +106,13 @@ meta_tests/test_device_memory.py"
 DESEL[performance]="meta_tests/test_device_memory.py::test_the_standin_driver_writes_the_documented_counters_and_the_probe_reads_them
 meta_tests/test_device_memory.py::test_an_eager_kernel_launch_on_the_device_compiles_once_then_hits_the_cache"
 ONLY[upgrade]="upgrades/compare.py
+upgrades/causes.py
+upgrades/comparison.py
 upgrades/verdict.py
 upgrades/result.py"
 TESTS[upgrade]="meta_tests/test_upgrade.py
 meta_tests/test_perf_history.py
+meta_tests/test_session_report.py
 -k
 not end_to_end and not real_candidate"
 DESEL[upgrade]=""

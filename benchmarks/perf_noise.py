@@ -1,5 +1,5 @@
 """Benchmark: the noise of the performance figures, and the A/A false-alarm rate of the
-upgrade check's comparison (``upgrades.perf_compare``).
+upgrade check's comparison (``upgrades.perf_compare``, its sessions ``upgrades.perf_launch``).
 
     .venv/bin/python benchmarks/perf_noise.py [--sessions 8] [--launches 3] [--tier cpu]
                                               [--save FILE] [--from FILE]
@@ -29,7 +29,7 @@ from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 from fixtures.oracles import performance  # noqa: E402
-from upgrades import perf_compare  # noqa: E402
+from upgrades import perf_launch  # noqa: E402
 
 
 def measure(sessions: int, tier: str) -> list[dict]:
@@ -37,9 +37,9 @@ def measure(sessions: int, tier: str) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="perf-noise-", dir=REPO / ".cache") as tmp:
         for index in range(sessions):
             report_dir = Path(tmp) / f"s{index}"
-            cmd = perf_compare.session_command(Path(sys.executable), tier, report_dir, [])
+            cmd = perf_launch.session_command(Path(sys.executable), tier, report_dir, [])
             subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-            launch = perf_compare.read_launch("trusted", report_dir)
+            launch = perf_launch.read_launch("trusted", report_dir)
             if not launch.figures:
                 print(f"session {index}: no figures ({launch.outcome})")
                 continue

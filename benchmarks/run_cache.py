@@ -22,6 +22,7 @@ from pathlib import Path
 from fresh_cache import fresh_run_cache
 
 from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
+from reports.session_report import SessionReport  # noqa: E402
 
 
 def main() -> int:
@@ -42,7 +43,7 @@ def main() -> int:
         launches_file = cache / "runs" / "launches.jsonl"
         launches = [json.loads(l) for l in launches_file.read_text().splitlines()] if launches_file.exists() else []
         report_file = Path(tmp) / "report" / "report.json"
-        contracts = json.loads(report_file.read_text())["contracts"] if report_file.exists() else []
+        contracts = SessionReport.load(report_file).contracts if report_file.exists() else ()
     distinct = {l["key"] for l in launches}
     bare = sum(l["wall_s"] for l in launches)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)"

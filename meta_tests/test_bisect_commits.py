@@ -37,8 +37,7 @@ def test_two_flips_in_one_range_are_both_found():
     commits = _history(33)
     test, calls = _tester(commits, {"a": 11, "b": 25}, broken=set())
     result = bisect_commits.bisect(commits, test, ["a", "b"], {"a": "passed", "b": "passed"}, say=lambda *_: None)
-    assert [(f["commit"]["subject"], f["contracts"]) for f in result["flips"]] == [("change 11", ["a"]),
-                                                                                 ("change 25", ["b"])]
+    assert [(f.commit.subject, f.contracts) for f in result] == [("change 11", ("a",)), ("change 25", ("b",))]
     assert len(calls) <= 12  # two binary searches over 32 commits: about 2 x 5 builds
 
 
@@ -47,20 +46,20 @@ def test_a_commit_that_does_not_build_is_skipped_and_said():
     it sits right before the first bad one found, the page says it could be the one."""
     commits = _history(17)
     test, calls = _tester(commits, {"a": 9}, broken={8})
-    flip = bisect_commits.bisect(commits, test, ["a"], {"a": "passed"}, say=lambda *_: None)["flips"][0]
-    assert flip["commit"]["subject"] == "change 9" and flip["could_be_any_of_skipped"] == [commits[8].short]
+    flip = bisect_commits.bisect(commits, test, ["a"], {"a": "passed"}, say=lambda *_: None)[0]
+    assert flip.commit.subject == "change 9" and flip.could_be_any_of_skipped == (commits[8].short,)
     assert 8 in calls
     test, _ = _tester(commits, {"a": 12}, broken={8})
-    flip = bisect_commits.bisect(commits, test, ["a"], {"a": "passed"}, say=lambda *_: None)["flips"][0]
-    assert flip["commit"]["subject"] == "change 12" and flip["could_be_any_of_skipped"] == []
+    flip = bisect_commits.bisect(commits, test, ["a"], {"a": "passed"}, say=lambda *_: None)[0]
+    assert flip.commit.subject == "change 12" and flip.could_be_any_of_skipped == ()
 
 
 def test_only_skipped_commits_left_are_named():
     commits = _history(9)
     test, _ = _tester(commits, {"a": 5}, broken={4, 5})
-    flip = bisect_commits.bisect(commits, test, ["a"], {"a": "passed"}, say=lambda *_: None)["flips"][0]
-    assert flip["commit"]["subject"] == "change 6"
-    assert flip["could_be_any_of_skipped"] == [commits[4].short, commits[5].short]
+    flip = bisect_commits.bisect(commits, test, ["a"], {"a": "passed"}, say=lambda *_: None)[0]
+    assert flip.commit.subject == "change 6"
+    assert flip.could_be_any_of_skipped == (commits[4].short, commits[5].short)
 
 
 @pytest.mark.parametrize("text", ["abc", "..abc", "abc..", "a..b..c"])

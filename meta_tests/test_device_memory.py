@@ -7,16 +7,21 @@ of its release file."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fixtures.oracles import performance
 from fixtures.oracles.performance import PerfPolicy
+from fixtures.oracles.performance_record import CompileCacheEvents, PerformanceRecord, RankRecord
 from fixtures.rank.probes import device_memory
 from fixtures.repo import REPO_ROOT
+from fixtures.tiers import rehearsal
 from meta_tests.test_rehearsal_device import _run
-from upgrades import perf_compare
+from upgrades import perf_compare, perf_launch, perf_page
+from upgrades.perf_launch import Launch
+from upgrades.verdict import Finding
 
 pytestmark = pytest.mark.meta
 
@@ -50,20 +55,25 @@ def test_device_figures_are_the_largest_sum_of_the_totals_and_the_allocated_slop
     assert performance.rank_figures(times, [1000.0] * 12, [0.002] * 12).device_peak_gib is None  # cpu: none
 
 
-def _rank(times, device_gib, growth, scratchpad_gib, capacity=0.04):
-    import statistics
+def _rank(times, device_gib, growth, scratchpad_gib, capacity=0.04) -> RankRecord:
+    median = performance.statistics.median(times)
+    return RankRecord(steady_times=tuple(times), step_time_s=median, tokens_per_s=512 / median, tokens_per_step=512,
+                      peak_memory_gib=0.0024, memory_growth_mib_per_step=0.0, first_step_s=0.32,
+                      device_peak_gib=device_gib, allocated_growth_mib_per_step=growth,
+                      device_categories_gib={"tensors": 0.0009, "model_shared_scratchpad": scratchpad_gib},
+                      device_headroom_gib=capacity - device_gib)
 
-    return {"steady_times": list(times), "step_time_s": statistics.median(times), "tokens_per_s": 512 / statistics.median(times),
-            "tokens_per_step": 512, "peak_memory_gib": 0.0024, "memory_growth_mib_per_step": 0.0,
-            "first_step_s": 0.32, "device_peak_gib": device_gib, "allocated_growth_mib_per_step": growth,
-            "device_categories_gib": {"tensors": 0.0009, "model_shared_scratchpad": scratchpad_gib},
-            "device_headroom_gib": capacity - device_gib}
 
-
-def _launch(tmp_path, stack, index, *, device_gib=0.0041, growth=0.0, scratchpad_gib=0.0016, scale=1.0):
+def _launch(tmp_path, stack, index, *, device_gib=0.0041, growth=0.0, scratchpad_gib=0.0016, scale=1.0) -> Launch:
     times = [0.05 * scale * (1 + 0.01 * ((i * 7 + index) % 5)) for i in range(28)]
     ranks = {str(r): _rank(times, device_gib, growth, scratchpad_gib) for r in range(2)}
-    return perf_compare.Launch(stack, tmp_path / f"{stack}-{index}", {"ranks": ranks, "core_capacity_gib": 0.04}, "passed")
+    return Launch(stack, tmp_path / f"{stack}-{index}", PerformanceRecord(ranks=ranks, core_capacity_gib=0.04), "passed")
+
+
+def _each_rank(launch: Launch, **figures) -> Launch:
+    """``launch`` with these figures changed on every rank (and the figures' other fields)."""
+    ranks = {rank: replace(r, **figures) for rank, r in launch.figures.ranks.items()}
+    return replace(launch, figures=replace(launch.figures, ranks=ranks))
 
 
 def _series(tmp_path, **candidate):
@@ -77,17 +87,17 @@ def test_more_runtime_memory_outside_the_allocator_is_larger(tmp_path):
     categories and the headroom. Before: PASS (only the allocator's figure was compared)."""
     launches = _series(tmp_path, device_gib=0.0041 + 0.0016 * 3 * 0.1, scratchpad_gib=0.0016 * 4)
     verdict = perf_compare.judge(launches, POLICY)
-    assert verdict.verdict == "LARGER" and not verdict.passed
+    assert verdict.findings == (Finding.LARGER,) and not verdict.passed
     device = next(c for c in verdict.comparisons if c.figure == "device_peak_gib")
     allocator = next(c for c in verdict.comparisons if c.figure == "peak_memory_gib")
     assert device.flagged and not allocator.flagged and allocator.ratio == 1.0
-    page = "\n".join(perf_compare.render(verdict, POLICY, launches))
+    page = "\n".join(perf_page.render(verdict, POLICY, launches))
     assert "| device_peak_gib (median of 3+3 launches)" in page and "| model_shared_scratchpad | 1.638 | 6.554 |" in page
     assert "| headroom (core capacity minus total, smallest rank) |" in page
     same = _series(tmp_path)
-    assert perf_compare.judge(same, POLICY).verdict == "PASS"
+    assert perf_compare.judge(same, POLICY).findings == (Finding.PASS,)
     figures_only = perf_compare.judge(launches, PerfPolicy(0.05, 0.03, 1.0, "not measured here", judged=False))
-    assert figures_only.verdict == "FIGURES ONLY" and any(c.figure == "device_peak_gib" for c in figures_only.comparisons)
+    assert figures_only.findings == (Finding.FIGURES_ONLY,) and any(c.figure == "device_peak_gib" for c in figures_only.comparisons)
 
 
 def test_leaking_is_growth_beyond_the_trusted_stacks(tmp_path):
@@ -96,11 +106,11 @@ def test_leaking_is_growth_beyond_the_trusted_stacks(tmp_path):
     more per step than the trusted stack's is. Before: judged on the candidate alone."""
     shared = [*[_launch(tmp_path, "trusted", i, growth=1.5) for i in range(1, 4)],
               *[_launch(tmp_path, "candidate", i, growth=1.6) for i in range(1, 4)]]
-    assert perf_compare.judge(shared, POLICY).verdict == "PASS"
+    assert perf_compare.judge(shared, POLICY).findings == (Finding.PASS,)
     leak = [*[_launch(tmp_path, "trusted", i, growth=1.5) for i in range(1, 4)],
             *[_launch(tmp_path, "candidate", i, growth=3.0) for i in range(1, 4)]]
     verdict = perf_compare.judge(leak, POLICY)
-    assert verdict.verdict == "LEAKING" and len(verdict.leaks) == 3
+    assert verdict.findings == (Finding.LEAKING,) and len(verdict.leaks) == 3
     assert "allocated device memory grows 3.000 MiB per steady step, 1.500 beyond the trusted stack's 1.500" in verdict.leaks[0]
 
 
@@ -108,10 +118,9 @@ def test_device_memory_counted_on_one_side_only_is_not_measured(tmp_path):
     """A candidate whose ranks read no counters (a runtime without them, a folder moved) is not
     compared with a trusted stack that had them: NOT MEASURED, naming the launches."""
     launches = _series(tmp_path)
-    for rank in launches[-1].figures["ranks"].values():
-        rank["device_peak_gib"] = None
+    launches[-1] = _each_rank(launches[-1], device_peak_gib=None)
     verdict = perf_compare.judge(launches, POLICY)
-    assert verdict.verdict == "NOT MEASURED"
+    assert verdict.findings == (Finding.NOT_MEASURED,)
     assert any("counted in some launches, not in others" in p and "candidate candidate-3" in p for p in verdict.problems)
 
 
@@ -153,8 +162,6 @@ def test_a_driver_numbering_physical_cores_is_refused_not_misread(tmp_path):
     logical core's counters under its first physical core). There the probe reads nothing and
     says why: taking 8 for the logical count put logical core 5 at ``neuron0/neuron_core5``,
     which is logical core 2's second physical core."""
-    from fixtures.tiers import rehearsal
-
     sysfs, held = tmp_path / "sysfs", tmp_path / "while-held"
     code = f"""
     import shutil, torch
@@ -196,14 +203,11 @@ def test_the_more_scratchpad_release_changes_one_number():
     assert (before, after - before) == (1024, 3 * 1024)  # MiB: 3 GiB more
 
 
-def _compiled(tmp_path, stack, index, first_step_s, state="cold"):
-    launch = _launch(tmp_path, stack, index)
-    launch.figures["compile_cache"] = {"cold": {"compiled": 2, "cached": 2, "cached_failure": 0},  # 2 ranks
-                                       "mixed": {"compiled": 1, "cached": 3, "cached_failure": 0},
-                                       "warm": {"compiled": 0, "cached": 4, "cached_failure": 0}}[state]
-    for rank in launch.figures["ranks"].values():
-        rank["first_step_s"] = first_step_s * (1 + 0.02 * index)
-    return launch
+def _compiled(tmp_path, stack, index, first_step_s, state="cold") -> Launch:
+    launch = _each_rank(_launch(tmp_path, stack, index), first_step_s=first_step_s * (1 + 0.02 * index))
+    events = {"cold": CompileCacheEvents(compiled=2, cached=2),  # 2 ranks
+              "mixed": CompileCacheEvents(compiled=1, cached=3), "warm": CompileCacheEvents(compiled=0, cached=4)}[state]
+    return replace(launch, figures=replace(launch.figures, compile_cache=events))
 
 
 def test_a_slower_compile_on_a_cold_cache_is_flagged(tmp_path):
@@ -213,17 +217,17 @@ def test_a_slower_compile_on_a_cold_cache_is_flagged(tmp_path):
     trusted = [_compiled(tmp_path, "trusted", i, 1.3) for i in range(1, 4)]
     slow = [_compiled(tmp_path, "candidate", i, 4.3) for i in range(1, 4)]
     verdict = perf_compare.judge(trusted + slow, POLICY)
-    assert verdict.verdict == "SLOWER COMPILE" and not verdict.passed
+    assert verdict.findings == (Finding.SLOWER_COMPILE,) and not verdict.passed
     first = next(c for c in verdict.comparisons if c.figure == "first_step_s")
     assert first.flagged and first.threshold == POLICY.compile_slower_than and "slower by" in first.change()
     warm = [_compiled(tmp_path, "trusted", 9, 0.33, state="warm")]
-    page = "\n".join(perf_compare.render(verdict, POLICY, trusted + slow, warm))
+    page = "\n".join(perf_page.render(verdict, POLICY, trusted + slow, warm))
     assert "## Performance: SLOWER COMPILE" in page and "| `perf/trusted-9` | trusted | warm | 0.389 | 0 | 4 |" in page
     assert "| `perf/candidate-1` | candidate | cold | 4.386 | 2 | 2 |" in page
     same = [_compiled(tmp_path, "candidate", i, 1.3) for i in range(1, 4)]
-    assert perf_compare.judge(trusted + same, POLICY).verdict == "PASS"
+    assert perf_compare.judge(trusted + same, POLICY).findings == (Finding.PASS,)
     within = [_compiled(tmp_path, "candidate", i, 1.3 * 1.2) for i in range(1, 4)]
-    assert perf_compare.judge(trusted + within, POLICY).verdict == "PASS"
+    assert perf_compare.judge(trusted + within, POLICY).findings == (Finding.PASS,)
 
 
 def test_a_first_step_that_did_not_compile_cold_is_not_judged(tmp_path):
@@ -238,11 +242,11 @@ def test_a_first_step_that_did_not_compile_cold_is_not_judged(tmp_path):
     hit = [_compiled(tmp_path, "candidate", 1, 0.33, state="warm"),
            *[_compiled(tmp_path, "candidate", i, 1.3) for i in range(2, 4)]]
     verdict = perf_compare.judge(trusted + hit, POLICY)
-    assert verdict.verdict == "PASS" and not any(c.figure == "first_step_s" for c in verdict.comparisons)
-    assert verdict.compile_notes == ["first step not judged: candidate session candidate-1: its compile cache was "
-                                     "warm ({'compiled': 0, 'cached': 4, 'cached_failure': 0})"]
+    assert verdict.findings == (Finding.PASS,) and not any(c.figure == "first_step_s" for c in verdict.comparisons)
+    assert verdict.compile_notes == ("first step not judged: candidate session candidate-1: its compile cache was "
+                                     "warm ({'compiled': 0, 'cached': 4, 'cached_failure': 0})",)
     assert "- first step not judged: candidate session candidate-1" in "\n".join(
-        perf_compare.render(verdict, POLICY, trusted + hit))
+        perf_page.render(verdict, POLICY, trusted + hit))
     plain = perf_compare.judge(_series(tmp_path), POLICY)
     assert not plain.compile_notes and not any(c.figure == "first_step_s" for c in plain.comparisons)
 
@@ -251,12 +255,12 @@ def test_trn2_sessions_compile_into_a_cache_of_their_own(tmp_path):
     """A trn2 performance session gets a new compile cache in its report folder (its first step
     compiles cold, whatever another session compiled); a warm session names an earlier one's;
     cpu sessions are as before."""
-    cold = perf_compare.session_command(Path("python"), "trn2", tmp_path / "trusted-1", ["--neuron-dress-rehearsal"])
+    cold = perf_launch.session_command(Path("python"), "trn2", tmp_path / "trusted-1", ["--neuron-dress-rehearsal"])
     assert cold[cold.index("--neuron-compile-cache") + 1] == str(tmp_path / "trusted-1" / "neuron-compile-cache")
-    warm = perf_compare.session_command(Path("python"), "trn2", tmp_path / "trusted-1-warm", [],
+    warm = perf_launch.session_command(Path("python"), "trn2", tmp_path / "trusted-1-warm", [],
                                         compile_cache=tmp_path / "trusted-1" / "neuron-compile-cache")
     assert warm[warm.index("--neuron-compile-cache") + 1] == str(tmp_path / "trusted-1" / "neuron-compile-cache")
-    assert "--neuron-compile-cache" not in perf_compare.session_command(Path("python"), "cpu", tmp_path / "t", [])
+    assert "--neuron-compile-cache" not in perf_launch.session_command(Path("python"), "cpu", tmp_path / "t", [])
 
 
 def test_an_eager_kernel_launch_on_the_device_compiles_once_then_hits_the_cache(tmp_path):
@@ -311,11 +315,8 @@ def test_the_launches_without_device_counters_are_named_exactly(tmp_path):
     """The NOT MEASURED line names every launch that lacks the runtime's counters, and only those
     (not a launch that has them, nor one that measured nothing at all)."""
     launches = _series(tmp_path)
-    for launch in launches[-2:]:
-        for rank in launch.figures["ranks"].values():
-            rank["device_peak_gib"] = None
-    problems = perf_compare.measurement_problems(launches + [perf_compare.Launch("candidate", tmp_path / "died",
-                                                                                 None, "failed")])
+    launches[-2:] = [_each_rank(launch, device_peak_gib=None) for launch in launches[-2:]]
+    problems = perf_compare.measurement_problems(launches + [Launch("candidate", tmp_path / "died", None, "failed")])
     assert ("the runtime's device memory was counted in some launches, not in others: "
             "candidate candidate-2, candidate candidate-3 lack it") in problems, problems
 
@@ -327,14 +328,13 @@ def test_figures_only_keeps_the_leaks_and_the_compile_notes_and_judges_no_step(t
     trusted = [_compiled(tmp_path, "trusted", i, 1.3) for i in range(1, 4)]
     candidate = [_compiled(tmp_path, "candidate", 1, 0.33, state="warm"),
                  *[_compiled(tmp_path, "candidate", i, 1.3) for i in range(2, 4)]]
-    for launch in candidate:
-        for rank in launch.figures["ranks"].values():
-            rank["allocated_growth_mib_per_step"] = 3.0
+    candidate = [_each_rank(launch, allocated_growth_mib_per_step=3.0) for launch in candidate]
     policy = PerfPolicy(0.05, 0.03, 1.0, "not measured here", judged=False)
     verdict = perf_compare.judge(trusted + candidate, policy)
-    assert verdict.verdict == "FIGURES ONLY" and verdict.passed and len(verdict.leaks) == 3
-    assert verdict.to_json()["step_judged"] is False and verdict.to_json()["problems"] == []
+    assert verdict.findings == (Finding.FIGURES_ONLY,) and verdict.passed and len(verdict.leaks) == 3
+    assert verdict.step_judged is False and verdict.problems == ()
+    assert perf_compare.Verdict.from_json(json.loads(json.dumps(verdict.to_json()))) == verdict  # upgrade.json
     assert verdict.compile_notes and "compile cache was warm" in verdict.compile_notes[0]
-    page = "\n".join(perf_compare.render(verdict, policy, trusted + candidate))
+    page = "\n".join(perf_page.render(verdict, policy, trusted + candidate))
     assert "- first step not judged: candidate session candidate-1" in page
     assert "- leak: candidate-1: allocated device memory grows 3.000 MiB per steady step" in page

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fixtures.session import expectations
 from fixtures.tiers import stack
 from reports import write_expectations
 from reports.pins import NotTrusted, trusted
+from reports.session_report import ContractRecord, ExpectationSourceRecord, SessionReport
 
 pytestmark = pytest.mark.meta
 
@@ -173,27 +176,23 @@ def test_an_inherited_session_is_not_trusted_and_writes_its_own_file(tmp_path):
     """reports.pins refuses a session that applied another stack's expectations, and
     reports.write_expectations turns it into the stack's own file: held deviations kept,
     XPASSes left out, failures listed for review."""
-    import json
-
-
     exp_dir = tmp_path / "exp"
     exp_dir.mkdir()
     (exp_dir / "trn2-torch2.9-titan0.2.txt").write_text(
         "conformance/test_a.py::test_held[trn2] | differs | https://example.invalid/1 | failure: differs\n"
         "conformance/test_a.py::test_fixed[trn2] | was broken | https://example.invalid/2 | failure: (not measured)\n")
-    report = {"session": "s1", "complete": True, "rehearsal": False,
-              "expectations": {"trn2": {"stack": "trn2-torch2.9-titan0.2+neuron.3", "how": "nearest",
-                                        "file_stack": "trn2-torch2.9-titan0.2",
-                                        "inherited_from": "trn2-torch2.9-titan0.2"}},
-              "contracts": [{"nodeid": "conformance/test_a.py::test_held[trn2]", "outcome": "xfailed", "tier": "trn2"},
-                            {"nodeid": "conformance/test_a.py::test_fixed[trn2]", "outcome": "xpassed", "tier": "trn2"},
-                            {"nodeid": "conformance/test_a.py::test_new[trn2]", "outcome": "failed", "tier": "trn2",
-                             "message": "E   AssertionError: contract x\nmore"}]}
+    source = ExpectationSourceRecord(stack="trn2-torch2.9-titan0.2+neuron.3", how="nearest",
+                                     file_stack="trn2-torch2.9-titan0.2", inherited_from="trn2-torch2.9-titan0.2")
+    report = SessionReport(session="s1", complete=True, expectations={"trn2": source}, contracts=(
+        ContractRecord("conformance/test_a.py::test_held[trn2]", "xfailed", tier="trn2"),
+        ContractRecord("conformance/test_a.py::test_fixed[trn2]", "xpassed", tier="trn2"),
+        ContractRecord("conformance/test_a.py::test_new[trn2]", "failed", tier="trn2",
+                       message="E   AssertionError: contract x\nmore")))
     with pytest.raises(NotTrusted, match="another stack's expectations"):
-        trusted({**report, "contracts": report["contracts"][:1]})
+        trusted(replace(report, contracts=report.contracts[:1]))
     run = tmp_path / "run"
     run.mkdir()
-    (run / "report.json").write_text(json.dumps(report))
+    report.write(run / "report.json")
     assert write_expectations.main([str(run), "--expectations-dir", str(exp_dir)]) == 0
     written = (exp_dir / "trn2-torch2.9-titan0.2+neuron.3.txt").read_text()
     assert "conformance/test_a.py::test_held[trn2] | differs | https://example.invalid/1 | failure: differs" in written

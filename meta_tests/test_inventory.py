@@ -14,6 +14,7 @@ import pytest
 from fixtures.repo import REPO_ROOT as REPO
 from reports import inventory
 from fixtures.rank.titan import api as override_api
+from fixtures.tiers import stack
 
 pytestmark = pytest.mark.meta
 
@@ -135,8 +136,6 @@ def test_the_placeholder_check_never_imports_a_neuron_package(tmp_path, monkeypa
     core of the host (configuration-guide.rst), taking them from the ranks, the kernel worker
     or a neighbour. (It used to import the module in a subprocess with no core pinned.) A real
     package whose import would fail on busy cores is still not a placeholder."""
-    from reports import inventory
-
     marker = tmp_path / "imported"
     (tmp_path / "fake_neuron_mod.py").write_text(
         f"open({str(marker)!r}, 'w').write('the runtime started here')\n"
@@ -163,8 +162,6 @@ def test_a_fork_installed_under_another_name_is_found_by_what_it_provides(site, 
     provides ``torchtitan`` is the stack's torchtitan, in the versions and stack id, and the trn2
     install does not refuse the environment as lacking torchtitan (it did)."""
     import importlib.util
-
-    from fixtures.tiers import stack
 
     spec = importlib.util.spec_from_file_location("install_trn2", REPO / "scripts" / "install_trn2.py")
     install = importlib.util.module_from_spec(spec)

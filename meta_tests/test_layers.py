@@ -9,6 +9,10 @@
 - No module imports itself back through others (module level and function level alike),
   and the layers go one way: ``upgrades`` (the upgrade tool) over ``reports`` (the session
   reports) over ``fixtures`` (the harness); no layer imports one above it.
+- The suite's own modules are imported at the top of a module. A function-level import of one
+  is for what must not load when its module is imported, with its reason on its line
+  (``# deferred: <why>``): a heavy library a torch-free reader must not pay for, or a cycle the
+  layers name. Held for the upgrade tool and the reports (``DEFERRED_RULE_ROOTS``).
 """
 
 from __future__ import annotations
@@ -139,6 +143,36 @@ def test_the_import_graph_has_no_cycle():
     assert not upward, f"a layer importing one above it: {upward}"
 
 
+DEFERRED_RULE_ROOTS = ("upgrades", "reports")
+DEFERRED = "# deferred: "
+
+
+def unexplained_deferred_imports(path: Path) -> list[str]:
+    """The function-level imports of the suite's own modules in ``path`` whose line gives no
+    reason (``# deferred: <why>``)."""
+    text = path.read_text()
+    lines = text.splitlines()
+    found = []
+    for function in ast.walk(ast.parse(text)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            if any(n.split(".")[0] in PACKAGES for n in names) and DEFERRED not in lines[node.lineno - 1]:
+                found.append(f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path.name}:{node.lineno}")
+    return sorted(set(found))
+
+
+def test_a_function_level_import_of_the_suite_says_why():
+    """The upgrade tool and the reports import the suite's modules at the top; a deferred import
+    names its reason on its line."""
+    files = [p for root in DEFERRED_RULE_ROOTS for p in _source_files(root)]
+    assert len(files) > 30
+    offending = [line for path in files for line in unexplained_deferred_imports(path)]
+    assert not offending, f"function-level imports of the suite without '{DEFERRED}<why>': {offending}"
+
+
 def test_the_checks_see_a_cycle_and_a_layer_break(tmp_path):
     """Not vacuous: the cycle finder finds a planted cycle, and the rank-side rule reads the
     import forms the harness uses."""
@@ -146,5 +180,7 @@ def test_the_checks_see_a_cycle_and_a_layer_break(tmp_path):
     assert upward_between_rooms({"fixtures.data.assets": {"fixtures.session.plugin", "fixtures.tiers.stack"}}) == [
         "fixtures.data.assets -> fixtures.session.plugin"]
     planted = tmp_path / "m.py"
-    planted.write_text("def f():\n    from fixtures.tiers.tier_profile import TierProfile\n")
+    planted.write_text("def f():\n    from fixtures.tiers.tier_profile import TierProfile\n"
+                       "    import reports.gate  # deferred: a test of the rule\n    import json\n")
     assert "fixtures.tiers.tier_profile" in imports_of(planted)
+    assert [line.rsplit("/", 1)[-1] for line in unexplained_deferred_imports(planted)] == ["m.py:2"]

@@ -5,48 +5,52 @@ thresholds from an A/A series (figures only until one exists), and the page's pi
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from datetime import datetime
 
 import pytest
 
 from fixtures.oracles.performance import TRN2_PERF
-from reports import perf_history as stored_history
-from upgrades import perf_compare, perf_history
-from upgrades.result import UpgradeResult
+from fixtures.oracles.performance_record import PerformanceRecord, RankRecord
+from reports.perf_history import MachineLoadFigures, StackHistory
+from reports.session_report import MachineRecord, SessionReport
+from upgrades import perf_compare, perf_history, perf_page
+from upgrades.comparison import Comparison
+from upgrades.perf_launch import Launch
+from upgrades.result import PerformanceCheck, UpgradeResult
+from upgrades.verdict import ContractVerdict, Finding
 
 pytestmark = pytest.mark.meta
 
-MACHINE = {"name": "test host x2, 24 GiB", "host": "test host x2, 24 GiB"}
+MACHINE = MachineRecord(name="test host x2, 24 GiB", host="test host x2, 24 GiB")
+QUIET = MachineLoadFigures(others_fraction=0.01, steal_fraction=0.0)
 
 
 def _launch(tmp_path, stack_side, index, median, *, stack_id="cpu-a", peak=0.05, finished="2026-12-01T10:00:00",
-            outcome="passed", load=None):
-    times = [median * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]
-    ranks = {r: {"steady_times": times, "step_time_s": median, "tokens_per_s": 512 / median, "tokens_per_step": 512,
-                 "peak_memory_gib": peak, "memory_growth_mib_per_step": 0.01} for r in ("0", "1")}
+            outcome="passed", load=QUIET):
+    times = tuple(median * f for f in (0.98, 0.99, 1.0, 1.01, 1.02))
+    ranks = {r: RankRecord(steady_times=times, step_time_s=median, tokens_per_s=512 / median, tokens_per_step=512,
+                           peak_memory_gib=peak, memory_growth_mib_per_step=0.01) for r in ("0", "1")}
     when = datetime.fromisoformat(f"{finished[:-2]}{index:02d}+00:00").timestamp()  # reports hold time.time()
-    report = {"session": f"{stack_id}-{stack_side}-{index}", "finished_at": when,
-              "platforms": ["cpu"], "stack_id": {"cpu": stack_id}, "machine": MACHINE}
-    return perf_compare.Launch(stack_side, tmp_path / f"{stack_side}-{index}", {"ranks": ranks}, outcome,
-                               machine_load=load or {"others_fraction": 0.01, "steal_fraction": 0.0},
-                               report=report)
+    report = SessionReport(session=f"{stack_id}-{stack_side}-{index}", finished_at=when, platforms=("cpu",),
+                           stack_id={"cpu": stack_id}, machine=MACHINE)
+    return Launch(stack_side, tmp_path / f"{stack_side}-{index}", PerformanceRecord(ranks=ranks), outcome,
+                  machine_load=load, report=report)
 
 
 def test_trusted_sessions_are_stored_once_per_machine_and_stack_and_unmeasured_or_busy_ones_are_not(tmp_path):
     root = tmp_path / "history"
     good = [_launch(tmp_path, "trusted", i, 0.1) for i in range(3)]
     failed = _launch(tmp_path, "trusted", 3, 0.1, outcome="failed")
-    busy = _launch(tmp_path, "trusted", 4, 0.1, load={"others_fraction": 0.4, "steal_fraction": 0.0})
+    busy = _launch(tmp_path, "trusted", 4, 0.1, load=MachineLoadFigures(others_fraction=0.4))
     stored = perf_history.add(root, good + [failed, busy], "record")
     assert [e.session for e in stored] == [f"cpu-a-trusted-{i}" for i in range(3)]
     assert perf_history.add(root, good, "record") == []  # the same sessions again: not twice
     files = list(root.rglob("*.json"))
     assert [p.relative_to(root).as_posix() for p in files] == ["test_host_x2_24_GiB/cpu-a.json"]
-    data = json.loads(files[0].read_text())
-    assert data["format"] == stored_history.FORMAT and data["machine"] == MACHINE and len(data["sessions"]) == 3
-    loaded = perf_history.load(root, MACHINE["name"])
+    stored_file = StackHistory.read(files[0])  # of this history's format (another is refused)
+    assert stored_file.machine == MACHINE and len(stored_file.sessions) == 3
+    loaded = perf_history.load(root, MACHINE.name)
     assert list(loaded) == ["cpu-a"] and loaded["cpu-a"][0].step_time_s == pytest.approx(0.1)
     assert loaded["cpu-a"][0].recorded_at == "2026-12-01T10:00:00+00:00"  # the report's epoch seconds, in UTC
     assert perf_history.load(root, "another machine") == {}
@@ -60,14 +64,14 @@ def test_the_candidate_is_compared_with_the_oldest_and_the_latest_stored_stack(t
     for n, stack in enumerate(("cpu-a", "cpu-b", "cpu-c")):
         perf_history.add(root, [_launch(tmp_path, "trusted", i, 0.1 * 1.08 ** n * (1 + 0.005 * i), stack_id=stack,
                                         finished=f"2026-12-0{n + 1}T10:00:00") for i in range(3)], "record")
-    stored = perf_history.load(root, MACHINE["name"])
+    stored = perf_history.load(root, MACHINE.name)
     assert list(stored) == ["cpu-a", "cpu-b", "cpu-c"]
     candidate = [_launch(tmp_path, "candidate", i, 0.1 * 1.08 ** 3 * (1 + 0.005 * i)) for i in range(3)]
     rows = perf_history.against_history(stored, candidate, perf_compare.performance.CPU_PERF)
     assert [(r.role, r.stack) for r in rows] == [("oldest", "cpu-a"), ("latest", "cpu-c")]
     assert rows[0].step.flagged and rows[0].step.ratio == pytest.approx(1.08 ** 3, rel=1e-6)
     assert not rows[1].step.flagged and rows[1].step.ratio == pytest.approx(1.08, rel=1e-6)
-    lines = perf_history.render(rows, stored, MACHINE["name"], None, tmp_path, [])
+    lines = perf_history.render(rows, stored, MACHINE.name, None, tmp_path, [])
     assert any("oldest: `cpu-a`" in l and "step_time_s" in l.split("|")[-2] for l in lines)
     assert any("drift to look at, not this check's verdict" in l for l in lines)
 
@@ -79,21 +83,21 @@ def test_trn2_gives_figures_only_until_an_a_a_series_of_the_host_type_is_stored(
     base = [_launch(tmp_path, "trusted", i, 0.1) for i in range(3)]
     slow = [_launch(tmp_path, "candidate", i, 0.13) for i in range(3)]
     verdict = perf_compare.judge(base + slow, TRN2_PERF)
-    assert verdict.verdict == "FIGURES ONLY" and verdict.passed and verdict.comparisons[0].ratio == pytest.approx(1.3)
-    page = "\n".join(perf_compare.render(verdict, TRN2_PERF, base + slow))
+    assert verdict.findings == (Finding.FIGURES_ONLY,) and verdict.passed
+    assert verdict.comparisons[0].ratio == pytest.approx(1.3)
+    page = "\n".join(perf_page.render(verdict, TRN2_PERF, base + slow))
     assert "not judged (figures only" in page and "python -m upgrades.perf_history record --tier trn2" in page
-    result = UpgradeResult({"contract_verdict": {"problems": [], "owners": [], "fixed": 0, "still_holding": 0,
-                                                 "fail_here_too": 0}}, ["conformance", "-m", "cpu"], [], False,
-                           performance=verdict.to_json())
-    assert result.passed and result.to_json()["verdict"].endswith(
+    result = UpgradeResult(Comparison(ContractVerdict()), ("conformance", "-m", "cpu"), (), False,
+                           performance=PerformanceCheck(verdict))
+    assert result.passed and result.verdict.text().endswith(
         "; performance not judged (figures only: no A/A series of this host type)")
     root = tmp_path / "history"
     medians = [0.100, 0.102, 0.098, 0.101, 0.099, 0.104]
     perf_history.add(root, [_launch(tmp_path, "trusted", i, m) for i, m in enumerate(medians[:5])], "record")
-    stored = perf_history.load(root, MACHINE["name"])
-    assert perf_history.aa_policy(TRN2_PERF, stored, MACHINE["name"]) is None  # 5 < 6 sessions
+    stored = perf_history.load(root, MACHINE.name)
+    assert perf_history.aa_policy(TRN2_PERF, stored, MACHINE.name) is None  # 5 < 6 sessions
     perf_history.add(root, [_launch(tmp_path, "trusted", 5, medians[5])], "record")
-    policy = perf_history.aa_policy(TRN2_PERF, perf_history.load(root, MACHINE["name"]), MACHINE["name"])
+    policy = perf_history.aa_policy(TRN2_PERF, perf_history.load(root, MACHINE.name), MACHINE.name)
     geomean = lambda idx: math.exp(sum(math.log(medians[i]) for i in idx) / len(idx))
     worst = max(abs(geomean([i for i in range(6) if i not in side]) / geomean(side) - 1)
                 for side in itertools.combinations(range(6), 3))
@@ -101,7 +105,7 @@ def test_trn2_gives_figures_only_until_an_a_a_series_of_the_host_type_is_stored(
     assert policy.judged and policy.slower_than == max(0.05, round(1.5 * worst, 4))
     assert policy.larger_than == TRN2_PERF.larger_than  # equal peaks: the stake
     assert "A/A series of 6 sessions of cpu-a" in policy.why
-    assert perf_compare.judge(base + slow, policy).verdict == "SLOWER"
+    assert perf_compare.judge(base + slow, policy).findings == (Finding.SLOWER,)
 
 
 def test_the_page_draws_step_time_per_session_across_stacks(tmp_path):
@@ -113,7 +117,7 @@ def test_the_page_draws_step_time_per_session_across_stacks(tmp_path):
     picture = tmp_path / "perf-history.png"
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "![step time per session across stacks](perf-history.png)" in lines
-    assert figures["stored"] == 1 and len(perf_history.load(root, MACHINE["name"])["cpu-a"]) == 4
+    assert figures.stored == 1 and len(perf_history.load(root, MACHINE.name)["cpu-a"]) == 4
 
 
 # ----------------------------------------------------------------------------- added after mutation testing (round 3)
@@ -135,14 +139,14 @@ def test_the_a_a_series_is_the_asked_stacks_else_the_longest_and_its_memory_thre
     _store(root, tmp_path, "cpu-a", [0.100, 0.102, 0.098, 0.101, 0.099, 0.104, 0.100],
            peaks=[1.00, 1.03, 0.98, 1.061, 0.97, 1.04, 1.01])
     _store(root, tmp_path, "cpu-z", [0.100, 0.101, 0.100, 0.101, 0.100, 0.101])
-    stored = perf_history.load(root, MACHINE["name"])
+    stored = perf_history.load(root, MACHINE.name)
     for asked, used, days in (("cpu-z", "cpu-z", "(2026-12-01 to 2026-12-06)"),
                               ("cpu-q", "cpu-a", "(2026-12-01 to 2026-12-07)"),
                               (None, "cpu-a", "(2026-12-01 to 2026-12-07)")):
-        policy = perf_history.aa_policy(TRN2_PERF, stored, MACHINE["name"], asked)
-        assert f"A/A series of {len(stored[used])} sessions of {used} on {MACHINE['name']} {days}" in policy.why, \
+        policy = perf_history.aa_policy(TRN2_PERF, stored, MACHINE.name, asked)
+        assert f"A/A series of {len(stored[used])} sessions of {used} on {MACHINE.name} {days}" in policy.why, \
             (asked, policy.why)
-    policy = perf_history.aa_policy(TRN2_PERF, stored, MACHINE["name"], "cpu-a")
+    policy = perf_history.aa_policy(TRN2_PERF, stored, MACHINE.name, "cpu-a")
     worst = perf_history.largest_split_change([1.00, 1.03, 0.98, 1.061, 0.97, 1.04, 1.01])
     assert 1.5 * worst > TRN2_PERF.larger_than and round(1.5 * worst, 4) != round(1.5 * worst, 5)
     assert policy.larger_than == round(1.5 * worst, 4), (policy.larger_than, worst)
@@ -156,7 +160,7 @@ def test_the_candidate_against_the_stored_stacks_needs_two_sessions_a_side(tmp_p
     _store(root, tmp_path, "cpu-a", [0.100])
     _store(root, tmp_path, "cpu-b", [0.100, 0.101, 0.099])
     _store(root, tmp_path, "cpu-c", [0.100, 0.101])
-    stored = perf_history.load(root, MACHINE["name"])
+    stored = perf_history.load(root, MACHINE.name)
     one = [_launch(tmp_path, "candidate", 0, 0.1, peak=0.06)]
     two = one + [_launch(tmp_path, "candidate", 1, 0.1, peak=0.06)]
     assert perf_history.against_history(stored, one, TRN2_PERF) == []

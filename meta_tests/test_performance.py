@@ -16,9 +16,19 @@ from pathlib import Path
 
 import pytest
 
+import subprocess
+import sys
+from dataclasses import fields, replace
+
 from fixtures.oracles import performance
 from fixtures.oracles.performance import CPU_PERF, PerfPolicy
-from upgrades import perf_compare
+from fixtures.oracles.performance_record import PerformanceRecord, RankRecord
+from reports import gate, summary
+from reports.perf_history import MachineLoadFigures
+from reports.session_report import ContractRecord, MachineRecord, SessionReport
+from upgrades import perf_compare, perf_launch, perf_page
+from upgrades.perf_launch import Launch
+from upgrades.verdict import Finding
 
 pytestmark = pytest.mark.meta
 
@@ -109,43 +119,56 @@ def test_the_interval_is_the_same_for_the_same_figures():
     assert (a.low, a.high) == (b.low, b.high)
 
 
-def _rank(times, peak, growth, tokens=2048):
-    import statistics
-
-    return {"steady_times": list(times), "step_time_s": statistics.median(times),
-            "tokens_per_s": tokens / statistics.median(times), "tokens_per_step": tokens,
-            "peak_memory_gib": peak, "memory_growth_mib_per_step": growth}
+def _rank(times, peak, growth, tokens=2048) -> RankRecord:
+    return RankRecord(steady_times=tuple(times), step_time_s=performance.statistics.median(times),
+                      tokens_per_s=tokens / performance.statistics.median(times), tokens_per_step=tokens,
+                      peak_memory_gib=peak, memory_growth_mib_per_step=growth)
 
 
-def _launch(tmp_path, stack, name, times, peak, growth=0.05, outcome="passed", tokens=2048):
-    figures = {"ranks": {"0": _rank(times, peak, growth, tokens), "1": _rank(times, peak - 0.01, growth, tokens)}}
-    return perf_compare.Launch(stack, tmp_path / name, figures, outcome)
+def _launch(tmp_path, stack, name, times, peak, growth=0.05, outcome="passed", tokens=2048) -> Launch:
+    figures = PerformanceRecord(ranks={"0": _rank(times, peak, growth, tokens),
+                                       "1": _rank(times, peak - 0.01, growth, tokens)})
+    return Launch(stack, tmp_path / name, figures, outcome)
+
+
+def _with_ranks(launch: Launch, **ranks: RankRecord) -> Launch:
+    """``launch`` with these ranks' figures."""
+    return replace(launch, figures=replace(launch.figures, ranks={**launch.figures.ranks, **ranks}))
+
+
+def _each_rank(launch: Launch, **figures) -> Launch:
+    """``launch`` with these figures changed on every rank."""
+    return _with_ranks(launch, **{rank: replace(r, **figures) for rank, r in launch.figures.ranks.items()})
+
+
+def _loaded(launch: Launch, others: float, steal: float = 0.0) -> Launch:
+    return replace(launch, machine_load=MachineLoadFigures(others_fraction=others, steal_fraction=steal))
 
 
 def test_verdicts(tmp_path):
     policy = PerfPolicy(slower_than=0.15, larger_than=0.03, leak_mib_per_step=0.5, why="test")
     base, same = _a_a(tmp_path)
-    assert perf_compare.judge(base + same, policy).verdict == "PASS"
+    assert perf_compare.judge(base + same, policy).findings == (Finding.PASS,)
     slow = [_launch(tmp_path, "candidate", f"candidate-{i}", [t * 1.25 for t in SERIES[i]["steady_times"]], 0.88)
             for i in A_A[1]]
     verdict = perf_compare.judge(base + slow, policy)
-    assert verdict.verdict == "SLOWER" and not verdict.passed
+    assert verdict.findings == (Finding.SLOWER,) and not verdict.passed
     assert perf_compare.judge(base + slow, policy, accepted=True).passed
     leak = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 1.2, growth=2.0)
             for i in A_A[1]]
     verdict = perf_compare.judge(base + leak, policy)
-    assert verdict.verdict == "LARGER+LEAKING" and len(verdict.leaks) == 4
-    page = "\n".join(perf_compare.render(verdict, policy, base + leak))
+    assert verdict.findings == (Finding.LARGER, Finding.LEAKING) and len(verdict.leaks) == 4
+    page = "\n".join(perf_page.render(verdict, policy, base + leak))
     assert "## Performance: LARGER+LEAKING" in page and "larger by" in page and "2.000 MiB per steady step" in page
     noisy = [_launch(tmp_path, "candidate", "candidate-1", [t * 1.6 for t in SERIES[1]["steady_times"]], 0.88),
              *same[1:]]  # one of four launches 60% slower: not clear of the noise, not within the threshold
     verdict = perf_compare.judge(base + noisy, policy)
-    assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed, verdict.comparisons[0]
-    assert "too noisy" in "\n".join(perf_compare.render(verdict, policy, base + noisy))
+    assert verdict.findings == (Finding.INCONCLUSIVE,) and not verdict.passed, verdict.comparisons[0]
+    assert "too noisy" in "\n".join(perf_page.render(verdict, policy, base + noisy))
     assert verdict.more_launches_could_decide  # noise: another pair may narrow the interval
-    died = [perf_compare.Launch("candidate", tmp_path / "candidate-1", None, "failed")]
+    died = [Launch("candidate", tmp_path / "candidate-1", None, "failed")]
     verdict = perf_compare.judge(base + died, policy)
-    assert verdict.verdict == "NOT MEASURED" and "the performance contract failed" in verdict.problems[0]
+    assert verdict.findings == (Finding.NOT_MEASURED,) and "the performance contract failed" in verdict.problems[0]
 
 
 A_A = ((0, 2, 4, 6), (1, 3, 5, 7))  # the recorded sessions, alternately as trusted and candidate
@@ -164,12 +187,11 @@ def test_every_candidate_step_time_nan_is_not_measured(tmp_path):
     """A renamed torchtitan metric: every step time NaN. Before: PASS (NaN compares false)."""
     base, _ = _a_a(tmp_path)
     nan = [_launch(tmp_path, "candidate", f"candidate-{i}", [float("nan")] * 20, 0.88) for i in A_A[1]]
-    for launch in nan:
-        launch.figures["ranks"]["0"]["step_time_s"] = float("nan")
+    nan = [_with_ranks(launch, **{"0": replace(launch.figures.ranks["0"], step_time_s=float("nan"))}) for launch in nan]
     verdict = perf_compare.judge(base + nan, POLICY)
-    assert verdict.verdict == "NOT MEASURED" and not verdict.passed
+    assert verdict.findings == (Finding.NOT_MEASURED,) and not verdict.passed
     assert any("step_time_s=nan" in p and "candidate session candidate-1" in p for p in verdict.problems)
-    page = "\n".join(perf_compare.render(verdict, POLICY, base + nan))
+    page = "\n".join(perf_page.render(verdict, POLICY, base + nan))
     assert "## Performance: NOT MEASURED" in page and "never a pass" in page
 
 
@@ -177,11 +199,9 @@ def test_memory_of_minus_one_on_both_stacks_is_not_measured(tmp_path):
     """A backend without memory statistics logs -1 on both sides: the ratio is 1. Before: PASS."""
     base = [_launch(tmp_path, "trusted", f"trusted-{i}", SERIES[i]["steady_times"], -1.0) for i in (0, 2, 4)]
     same = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], -1.0) for i in (1, 3, 5)]
-    for launch in base + same:
-        for rank in launch.figures["ranks"].values():
-            rank["peak_memory_gib"] = -1.0
+    base, same = [_each_rank(l, peak_memory_gib=-1.0) for l in base], [_each_rank(l, peak_memory_gib=-1.0) for l in same]
     verdict = perf_compare.judge(base + same, POLICY)
-    assert verdict.verdict == "NOT MEASURED" and not verdict.passed
+    assert verdict.findings == (Finding.NOT_MEASURED,) and not verdict.passed
     assert sum("peak_memory_gib=-1.0" in p for p in verdict.problems) == 12  # every rank, both stacks (3 launches each here)
 
 
@@ -191,47 +211,44 @@ def test_a_failed_contract_in_one_launch_against_several_is_not_measured(tmp_pat
     base, same = _a_a(tmp_path)
     one = [_launch(tmp_path, "candidate", "candidate-1", SERIES[1]["steady_times"], 0.88, outcome="failed")]
     verdict = perf_compare.judge(base + one, POLICY)
-    assert verdict.verdict == "NOT MEASURED" and not verdict.passed
+    assert verdict.findings == (Finding.NOT_MEASURED,) and not verdict.passed
     assert any("the performance contract failed" in p for p in verdict.problems)
     assert any("unequal launch counts: 4 trusted against 1 candidate" in p for p in verdict.problems)
     # each cause alone is enough: unequal counts of passing launches, a failed contract among equal counts
-    assert perf_compare.judge(base + same[:1], POLICY).verdict == "NOT MEASURED"
+    assert perf_compare.judge(base + same[:1], POLICY).findings == (Finding.NOT_MEASURED,)
     failed = [*same[:3], _launch(tmp_path, "candidate", "candidate-5", SERIES[5]["steady_times"], 0.88,
                                  outcome="failed")]
-    assert perf_compare.judge(base + failed, POLICY).problems == ["candidate session candidate-5: the performance "
-                                                                  "contract failed"]
+    assert perf_compare.judge(base + failed, POLICY).problems == ("candidate session candidate-5: the performance "
+                                                                  "contract failed",)
     assert perf_compare.judge(base + one, POLICY, accepted=True).passed  # accepted, and still named
-    assert perf_compare.judge(base + same, POLICY).verdict == "PASS"
+    assert perf_compare.judge(base + same, POLICY).findings == (Finding.PASS,)
 
 
 def test_the_gate_and_the_summary_say_not_measured(tmp_path):
     """The gate and summary.md apply the same rule to a session's figures."""
-    from reports import gate, summary
-
-    ranks = {"0": {**_rank(SERIES[0]["steady_times"], 0.88, 0.0), "tokens_per_s": float("nan")}}
-    contract = {"nodeid": f"conformance/{perf_compare.PERF_CONTRACT}[cpu]", "outcome": "passed",
-                "measured": {"performance": json.dumps({"run": "pretrain", "warmup_rule": "r", "ranks": ranks})}}
-    good = {**contract, "measured": {"performance": json.dumps(
-        {"run": "pretrain", "warmup_rule": "r", "ranks": {"0": _rank(SERIES[0]["steady_times"], 0.88, 0.0)}})}}
-    machine = {"machine": {"name": "m"}}
-    lines = gate.performance_against({"contracts": [good], **machine}, {"contracts": [contract], **machine})
+    good_rank = _rank(SERIES[0]["steady_times"], 0.88, 0.0)
+    nodeid = f"conformance/{perf_launch.PERF_CONTRACT}[cpu]"
+    contract = ContractRecord(nodeid, "passed", performance=PerformanceRecord(
+        ranks={"0": replace(good_rank, tokens_per_s=float("nan"))}, run="pretrain", warmup_rule="r"))
+    good = replace(contract, performance=PerformanceRecord(ranks={"0": good_rank}, run="pretrain", warmup_rule="r"))
+    bad_session, good_session = (SessionReport("s", contracts=(c,), machine=MachineRecord(name="m"))
+                                 for c in (contract, good))
+    lines = gate.performance_against(good_session, bad_session)
     assert lines and "NOT MEASURED" in lines[0] and "tokens_per_s=nan" in lines[0]
-    page = "\n".join(summary.performance_section({"contracts": [contract], **machine}))
+    page = "\n".join(summary.performance_section(bad_session))
     assert "NOT MEASURED" in page and "tokens_per_s=nan" in page
-    assert "NOT MEASURED" not in "\n".join(summary.performance_section({"contracts": [good], **machine}))
+    assert "NOT MEASURED" not in "\n".join(summary.performance_section(good_session))
 
 
 def test_a_session_report_is_read_back(tmp_path):
-    report = {"contracts": [
-        {"nodeid": f"conformance/{perf_compare.PERF_CONTRACT}[cpu]", "outcome": "passed",
-         "measured": {"performance": json.dumps({"ranks": {"0": {"steady_times": [0.1, 0.2],
-                                                                  "peak_memory_gib": 1.0,
-                                                                  "memory_growth_mib_per_step": 0.0}}})}},
-        {"nodeid": f"conformance/{perf_compare.LEAK_CONTRACT}[cpu]", "outcome": "failed"}]}
-    (tmp_path / "report.json").write_text(json.dumps(report))
-    launch = perf_compare.read_launch("candidate", tmp_path)
+    figures = PerformanceRecord(ranks={"0": RankRecord(steady_times=(0.1, 0.2), peak_memory_gib=1.0,
+                                                       memory_growth_mib_per_step=0.0)})
+    SessionReport("s", contracts=(
+        ContractRecord(f"conformance/{perf_launch.PERF_CONTRACT}[cpu]", "passed", performance=figures),
+        ContractRecord(f"conformance/{perf_launch.LEAK_CONTRACT}[cpu]", "failed"))).write(tmp_path / "report.json")
+    launch = perf_launch.read_launch("candidate", tmp_path)
     assert launch.steady_times == (0.1, 0.2) and launch.peak_gib == 1.0 and launch.leak_outcome == "failed"
-    assert perf_compare.read_launch("candidate", tmp_path / "absent").outcome == "no report"
+    assert perf_launch.read_launch("candidate", tmp_path / "absent").outcome == "no report"
 
 
 def test_an_inconclusive_real_change_is_not_called_noise():
@@ -261,30 +278,28 @@ def test_a_launchs_step_time_is_its_slowest_ranks(tmp_path):
     """Every step waits for the slowest rank: a candidate whose rank 1 is 30% slower is SLOWER
     even where rank 0 is not (before, only rank 0's steps were read), and the page names it."""
     base, same = _a_a(tmp_path)
-    slow_rank = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88) for i in A_A[1]]
-    for launch in slow_rank:
-        launch.figures["ranks"]["1"] = _rank([t * 1.3 for t in SERIES[1]["steady_times"]], 0.87, 0.05)
+    slow_rank = [_with_ranks(_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88),
+                             **{"1": _rank([t * 1.3 for t in SERIES[1]["steady_times"]], 0.87, 0.05)}) for i in A_A[1]]
     assert {l.slowest_rank for l in slow_rank} == {"1"}
     verdict = perf_compare.judge(base + slow_rank, POLICY)
-    assert verdict.verdict == "SLOWER", verdict.comparisons[0]
-    assert "| `perf/candidate-1` | candidate | 1 |" in "\n".join(perf_compare.render(verdict, POLICY, base + slow_rank))
+    assert verdict.findings == (Finding.SLOWER,), verdict.comparisons[0]
+    assert "| `perf/candidate-1` | candidate | 1 |" in "\n".join(perf_page.render(verdict, POLICY, base + slow_rank))
 
 
 def test_a_busy_machine_makes_the_verdict_inconclusive_with_the_reason(tmp_path):
     """A launch during which other processes took a quarter of the CPU time is timed on another
     machine than its pair: INCONCLUSIVE, with the session named, never a PASS or SLOWER on it."""
     base, same = _a_a(tmp_path)
-    for launch in base + same:
-        launch.machine_load = {"others_fraction": 0.01, "steal_fraction": 0.0}
-    assert perf_compare.judge(base + same, POLICY).verdict == "PASS"
-    same[1].machine_load = {"others_fraction": 0.25, "steal_fraction": 0.0}
+    base, same = [_loaded(l, 0.01) for l in base], [_loaded(l, 0.01) for l in same]
+    assert perf_compare.judge(base + same, POLICY).findings == (Finding.PASS,)
+    same[1] = _loaded(same[1], 0.25)
     verdict = perf_compare.judge(base + same, POLICY)
-    assert verdict.verdict == "INCONCLUSIVE" and not verdict.passed and not verdict.more_launches_could_decide
-    assert verdict.problems == [f"a busy machine: candidate session {same[1].report_dir.name}: other processes "
-                                "used 25% of the machine's CPU time (bound 10%)"]
+    assert verdict.findings == (Finding.INCONCLUSIVE,) and not verdict.passed and not verdict.more_launches_could_decide
+    assert verdict.problems == (f"a busy machine: candidate session {same[1].report_dir.name}: other processes "
+                                "used 25% of the machine's CPU time (bound 10%)",)
     assert "step time not judged, a busy machine: candidate session" in "\n".join(
-        perf_compare.render(verdict, POLICY, base + same))
-    same[1].machine_load = {"others_fraction": 0.0, "steal_fraction": 0.2}
+        perf_page.render(verdict, POLICY, base + same))
+    same[1] = _loaded(same[1], 0.0, steal=0.2)
     assert "stole 20%" in perf_compare.judge(base + same, POLICY).problems[0]
 
 
@@ -296,11 +311,11 @@ def test_a_busy_machine_never_keeps_slower_beside_a_memory_verdict(tmp_path):
     base, _ = _a_a(tmp_path)
     worse = [_launch(tmp_path, "candidate", f"candidate-{i}", [t * 1.5 for t in SERIES[i]["steady_times"]], 1.2)
              for i in A_A[1]]
-    assert perf_compare.judge(base + worse, POLICY).verdict == "SLOWER+LARGER"
-    worse[0].machine_load = {"others_fraction": 0.3, "steal_fraction": 0.0}
+    assert perf_compare.judge(base + worse, POLICY).findings == (Finding.SLOWER, Finding.LARGER)
+    worse[0] = _loaded(worse[0], 0.3)
     verdict = perf_compare.judge(base + worse, POLICY)
-    assert verdict.verdict == "LARGER+INCONCLUSIVE" and not verdict.step_judged and not verdict.passed
-    page = "\n".join(perf_compare.render(verdict, POLICY, base + worse))
+    assert verdict.findings == (Finding.LARGER, Finding.INCONCLUSIVE) and not verdict.step_judged and not verdict.passed
+    page = "\n".join(perf_page.render(verdict, POLICY, base + worse))
     assert "not judged (below)" in page and "| **yes** |" in page  # the memory row still flagged
 
 
@@ -314,37 +329,34 @@ def test_another_amount_of_work_per_step_leaves_step_time_unjudged_and_named(tmp
     assert perf_compare.work_changed(base + same) is None
     rounded = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88, tokens=2048.4)
                for i in A_A[1]]
-    assert perf_compare.judge(base + rounded, POLICY).verdict == "PASS"
+    assert perf_compare.judge(base + rounded, POLICY).findings == (Finding.PASS,)
     doubled = [_launch(tmp_path, "candidate", f"candidate-{i}", [t * 1.9 for t in SERIES[i]["steady_times"]], 0.88,
                        tokens=4096) for i in A_A[1]]
     verdict = perf_compare.judge(base + doubled, POLICY)
-    assert verdict.verdict == "INCONCLUSIVE" and not verdict.step_judged and not verdict.passed
-    assert verdict.problems == ["another amount of work per step: the trusted stack's steps processed [4096] tokens, "
+    assert verdict.findings == (Finding.INCONCLUSIVE,) and not verdict.step_judged and not verdict.passed
+    assert verdict.problems == ("another amount of work per step: the trusted stack's steps processed [4096] tokens, "
                                 "the candidate's [8192] (all ranks; a changed batch, packing or sequence length): "
-                                "their step times measure different work"]
-    page = "\n".join(perf_compare.render(verdict, POLICY, base + doubled))
+                                "their step times measure different work",)
+    page = "\n".join(perf_page.render(verdict, POLICY, base + doubled))
     assert "step time not judged, another amount of work per step" in page and "| 8192 |" in page
     assert not verdict.more_launches_could_decide and "More launches in this series cannot decide" in page
 
 
 def test_the_machine_load_around_a_session_is_measured():
-    load = perf_compare.MachineLoad()
-    import subprocess
-    import sys
-
+    load = perf_launch.MachineLoad()
     subprocess.run([sys.executable, "-c", "sum(range(3_000_000))"], check=True)
     figures = load.during()
-    assert set(figures) == {"wall_s", "others_fraction", "steal_fraction", "loadavg_1m_end"}
-    assert 0 <= figures["others_fraction"] <= 1 and figures["steal_fraction"] >= 0
+    assert {f.name for f in fields(figures)} == {"wall_s", "others_fraction", "steal_fraction", "loadavg_1m_end"}
+    assert figures.wall_s > 0 and 0 <= figures.others_fraction <= 1 and figures.steal_fraction >= 0
 
 
 def test_sessions_run_in_abba_order_and_more_pairs_extend_the_series(tmp_path, monkeypatch):
     """Pairs alternate which stack goes first (ABBA), and an inconclusive check's extra pair is
     numbered after the first ones: the same series, never a new one."""
     ran = []
-    monkeypatch.setattr(perf_compare.subprocess, "run", lambda cmd, **kw: ran.append(cmd[cmd.index("--report-dir") + 1]))
-    first = perf_compare.interleaved(Path("t"), Path("c"), tmp_path, 2, say=lambda _: None)
-    more = perf_compare.interleaved(Path("t"), Path("c"), tmp_path, 1, say=lambda _: None, start=2)
+    monkeypatch.setattr(perf_launch.subprocess, "run", lambda cmd, **kw: ran.append(cmd[cmd.index("--report-dir") + 1]))
+    first = perf_launch.interleaved(Path("t"), Path("c"), tmp_path, 2, say=lambda _: None)
+    more = perf_launch.interleaved(Path("t"), Path("c"), tmp_path, 1, say=lambda _: None, start=2)
     assert [Path(r).name for r in ran] == ["trusted-1", "candidate-1", "candidate-2", "trusted-2", "trusted-3",
                                            "candidate-3"]
     assert [l.stack for l in first + more] == ["trusted", "candidate", "candidate", "trusted", "trusted", "candidate"]
@@ -428,18 +440,17 @@ def test_unmeasured_names_each_figure_as_recorded():
     good = _rank(SERIES[0]["steady_times"], 0.88, 0.0)
     assert performance.unmeasured({"0": good}) == []
     head = "rank 0: missing, non-finite or not positive: "
-    no_tps = {k: v for k, v in good.items() if k != "tokens_per_s"}
-    assert performance.unmeasured({"0": no_tps}) == [head + "tokens_per_s='missing'"]
-    assert performance.unmeasured({"0": {**good, "peak_memory_gib": 0.0}}) == [head + "peak_memory_gib=0.0"]
-    assert performance.unmeasured({"0": {**good, "memory_growth_mib_per_step": float("nan")}}) == [
+    assert performance.unmeasured({"0": replace(good, tokens_per_s=None)}) == [head + "tokens_per_s='missing'"]
+    assert performance.unmeasured({"0": replace(good, peak_memory_gib=0.0)}) == [head + "peak_memory_gib=0.0"]
+    assert performance.unmeasured({"0": replace(good, memory_growth_mib_per_step=float("nan"))}) == [
         head + "memory_growth_mib_per_step=nan"]
-    assert performance.unmeasured({"0": {**good, "steady_times": [0.1, 0.2, float("nan")]}}) == [
+    assert performance.unmeasured({"0": replace(good, steady_times=(0.1, 0.2, float("nan")))}) == [
         head + "steady_times=[0.1, 0.2, nan]"]
-    assert performance.unmeasured({"0": {**good, "steady_times": [0.1, 0.2, 0.3, float("nan")]}}) == [
+    assert performance.unmeasured({"0": replace(good, steady_times=(0.1, 0.2, 0.3, float("nan")))}) == [
         head + "steady_times=[0.1, 0.2, 0.3]..."]
-    assert performance.unmeasured({"0": {**good, "steady_times": [0.1, 0.2, 0.3, 0.4, float("nan")]}}) == [
+    assert performance.unmeasured({"0": replace(good, steady_times=(0.1, 0.2, 0.3, 0.4, float("nan")))}) == [
         head + "steady_times=[0.1, 0.2, 0.3]..."]
-    assert performance.unmeasured({"0": {**good, "peak_memory_gib": -1.0, "memory_growth_mib_per_step": None}}) == [
+    assert performance.unmeasured({"0": replace(good, peak_memory_gib=-1.0, memory_growth_mib_per_step=None)}) == [
         head + "peak_memory_gib=-1.0, memory_growth_mib_per_step=None"]
 
 
@@ -449,13 +460,13 @@ def test_a_pass_passes_and_one_stack_alone_is_named(tmp_path):
     base, same = _a_a(tmp_path)
     assert perf_compare.judge(base + same, POLICY).passed
     alone = perf_compare.judge(same, POLICY)
-    assert alone.verdict == "NOT MEASURED" and alone.problems == [
+    assert alone.findings == (Finding.NOT_MEASURED,) and alone.problems == (
         "unequal launch counts: 0 trusted against 4 candidate sessions (the interleaved design compares equal numbers)",
-        "no launch of one of the stacks"]
+        "no launch of one of the stacks")
     at_bound = [_launch(tmp_path, "candidate", f"candidate-{i}", SERIES[i]["steady_times"], 0.88,
                         growth=POLICY.leak_mib_per_step) for i in A_A[1]]
     verdict = perf_compare.judge(base + at_bound, POLICY)
-    assert verdict.verdict == "PASS" and verdict.leaks == []
+    assert verdict.findings == (Finding.PASS,) and verdict.leaks == ()
 
 
 # Added after mutation testing (round 2, benchmarks/mutation.md): each kills mutants of
@@ -520,11 +531,11 @@ def test_the_slowest_rank_is_chosen_by_its_time_and_no_steady_step_is_no_time(tm
     """The launch's step time is its slowest rank's, whichever rank that is (rank 0 here, not
     the highest-numbered); a launch whose ranks recorded no steady step has no step time
     (an empty series that measurement_problems reports), never a crash."""
-    launch = _launch(tmp_path, "candidate", "c", SERIES[0]["steady_times"], 0.88)
-    launch.figures["ranks"]["0"] = _rank([t * 1.3 for t in SERIES[0]["steady_times"]], 0.88, 0.05)
+    launch = _with_ranks(_launch(tmp_path, "candidate", "c", SERIES[0]["steady_times"], 0.88),
+                         **{"0": _rank([t * 1.3 for t in SERIES[0]["steady_times"]], 0.88, 0.05)})
     assert launch.slowest_rank == "0"
     assert launch.steady_times == tuple(t * 1.3 for t in SERIES[0]["steady_times"])
-    empty = perf_compare.Launch("candidate", tmp_path / "e", {"ranks": {"0": {"steady_times": []}}}, "passed")
+    empty = Launch("candidate", tmp_path / "e", PerformanceRecord(ranks={"0": RankRecord()}), "passed")
     assert empty.slowest_rank is None and empty.steady_times == ()
 
 
@@ -532,8 +543,8 @@ def test_a_machine_load_at_its_bound_is_not_busy_and_work_at_the_rounding_bound_
     """The bounds are inclusive: others' CPU time of exactly 10%, or steal of exactly 5%, is not
     a busy machine; tokens per step that differ by exactly TOKENS_RTOL of the larger (2 of
     2000) are the same work, 4 of 2000 are not."""
-    launch = _launch(tmp_path, "candidate", "c", SERIES[0]["steady_times"], 0.88)
-    launch.machine_load = {"others_fraction": perf_compare.BUSY_OTHERS, "steal_fraction": perf_compare.BUSY_STEAL}
+    launch = _loaded(_launch(tmp_path, "candidate", "c", SERIES[0]["steady_times"], 0.88), perf_compare.BUSY_OTHERS,
+                     steal=perf_compare.BUSY_STEAL)
     assert perf_compare.busy(launch) is None
     trusted = [_launch(tmp_path, "trusted", f"t{i}", SERIES[i]["steady_times"], 0.88, tokens=1000) for i in A_A[0]]
     for per_rank, same in ((999, True), (998, False)):  # two ranks: 1998 (2 of 2000) and 1996 (4 of 2000)

@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from fixtures.rank.probes import registry
+from fixtures.rank.probes.spec import specs_of
 from reports import readme_tables
 from reports.readme_tables import REPO
 
@@ -26,9 +28,6 @@ def test_generated_tables_are_current():
 def test_the_probe_table_lists_every_probe_module_and_file():
     """A probe module not in the registry never runs; the docs' table comes from the registry:
     every module of the package with a ``Writer`` is registered, and each of its files is a row."""
-    from fixtures.rank.probes import registry
-    from fixtures.rank.probes.spec import specs_of
-
     modules = {p.stem for p in (REPO / "fixtures" / "rank" / "probes").glob("*.py")
                if "class Writer(Base)" in p.read_text()}
     assert modules == set(registry.NAMES), modules ^ set(registry.NAMES)

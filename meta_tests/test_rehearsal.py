@@ -3,10 +3,10 @@ rehearsal labelled everywhere, refused as trn2 evidence, and never green with a 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from meta_tests import rehearsal_env
 from fixtures.tiers import tier_profile
 from reports import gate
 from reports.pins import NotTrusted, trusted
+from reports.session_report import SessionReport
 
 pytestmark = pytest.mark.meta
 
@@ -67,9 +68,9 @@ def test_a_rehearsal_says_so_everywhere_and_is_not_evidence(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
     assert "NEURON DRESS REHEARSAL" in out and "1 failed, 3 passed" in out, out
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert report["rehearsal"] is True
-    assert report["stack_id"]["trn2"].startswith("rehearsal-trn2-")
+    report = SessionReport.load(tmp_path / "report")
+    assert report.rehearsal is True
+    assert report.stack_id["trn2"].startswith("rehearsal-trn2-")
     assert "NEURON DRESS REHEARSAL" in (tmp_path / "report" / "summary.md").read_text()
     bundle = next((tmp_path / "report" / "repro").iterdir())
     assert "rehearsal" in (bundle / "REHEARSAL.txt").read_text()
@@ -88,10 +89,10 @@ def test_a_rehearsal_says_so_everywhere_and_is_not_evidence(tmp_path):
     assert 'name="rehearsal" value="true"' in junit and "NEURON DRESS REHEARSAL" in junit
     # The gate and the baseline promotion refuse it as evidence.
 
-    cpu_baseline = json.loads((REPO / "reports" / "baselines" / "cpu-torch2.14-titan0.3.json").read_text())
+    cpu_baseline = SessionReport.load(REPO / "reports" / "baselines" / "cpu-torch2.14-titan0.3.json")
     result = gate.compare(cpu_baseline, report)
     assert not result.ok and "not trn2 evidence" in result.text()
-    passing = {**report, "contracts": [c for c in report["contracts"] if c["outcome"] == "passed"]}
+    passing = replace(report, contracts=tuple(c for c in report.contracts if c.outcome == "passed"))
     with pytest.raises(NotTrusted, match="dress rehearsal"):
         trusted(passing)
 

@@ -18,6 +18,7 @@ import pytest
 
 from fixtures.tiers import rehearsal
 from meta_tests import rehearsal_env
+from reports.session_report import SessionReport
 
 pytestmark = pytest.mark.meta
 
@@ -98,10 +99,10 @@ def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sess
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
     assert re.search(r"\b[1-9]\d* passed", out), out
-    report = json.loads((host_sessions[host]["folder"] / "report" / "report.json").read_text())
-    assert report["rehearsal"] is True
+    report = SessionReport.load(host_sessions[host]["folder"] / "report")
+    assert report.rehearsal is True
     first, last = expect["first_core"], expect["first_core"] + expect["ranks"] - 1
-    assert f"cores {first}-{last}" in report["platform_profiles"]["trn2"], report["platform_profiles"]["trn2"]
+    assert f"cores {first}-{last}" in report.platform_profiles["trn2"], report.platform_profiles["trn2"]
 
 
 # A native and an hf_backend launch on a container-like host, where the stand-ins (eager core
@@ -131,8 +132,7 @@ def test_a_container_like_host_launches_both_paths(tmp_path):
                      re.M), out
     assert re.search(r"^conformance: done hf_backend .* launched, exit 1", out, re.M), out
     assert out.count("the runtime reserved cores 16-17; their devices are shared with pid") == 2, out
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert report["rehearsal"] is True
+    assert SessionReport.load(tmp_path / "report").rehearsal is True
 
 
 def test_the_standin_neuron_ls_prints_each_documented_layout(tmp_path):

@@ -21,6 +21,7 @@ import pytest
 
 from fixtures.repo import SESSION_ENV
 from fixtures.session.hygiene import orphans
+from reports.session_report import SessionReport
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]
 
@@ -83,9 +84,9 @@ def test_interrupted_session_leaves_partial_report_and_no_process(tmp_path, sig)
                 os.kill(pid, signal.SIGKILL)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
     assert orphans(session) == [], "processes of the interrupted session survived"
-    data = json.loads((report / "report.json").read_text())
-    assert data["complete"] is False
-    outcomes = {c["nodeid"].rsplit("::", 1)[1]: c["outcome"] for c in data["contracts"]}
+    data = SessionReport.load(report)
+    assert data.complete is False
+    outcomes = {nodeid.rsplit("::", 1)[1]: outcome for nodeid, outcome in data.outcomes.items()}
     assert outcomes.get("test_finishes_first") == "passed", outcomes
     assert "INCOMPLETE" in (report / "summary.md").read_text()
 
@@ -119,7 +120,7 @@ def test_concurrent_sessions_share_one_launch(tmp_path):
         assert p.returncode == 0, out[-3000:]
     assert len(_launch_lines(cache)) == 1, _launch_lines(cache)
     # Both sessions read the same, complete result.
-    keys = {json.loads(r.read_text())["runs"][0]["key"] for r in tmp_path.glob("report*/report.json")}
+    keys = {SessionReport.load(r).runs[0].key for r in tmp_path.glob("report*/report.json")}
     assert len(keys) == 1
 
 
@@ -208,7 +209,7 @@ def test_secrets_never_reach_report_and_nothing_written_elsewhere(tmp_path):
         assert FAKE_HF_TOKEN.encode() not in data, f"HF token leaked into {path}"
         assert FAKE_AWS_SECRET.encode() not in data, f"AWS secret leaked into {path}"
     assert not (report / "runs" / "stale.json").exists()
-    assert "stale" not in {r["key"] for r in json.loads((report / "report.json").read_text())["runs"]}
+    assert "stale" not in {r.key for r in SessionReport.load(report).runs}
     bundles = list((report / "repro").iterdir())
     assert len(bundles) == 1
     bundle = bundles[0]

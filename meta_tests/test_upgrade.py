@@ -1,8 +1,10 @@
 """The upgrade check's logic on synthetic report pairs (no installs), its candidate
-environment helpers, and one real candidate built and run end to end on a cheap selection."""
+environment helpers, and one real candidate built and run end to end on a cheap selection.
+Reports are built with the records' constructors (``meta_tests.records``)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -10,32 +12,40 @@ from pathlib import Path
 
 import pytest
 
-from upgrades import candidate_env, check as upgrade, compare as upgrade_compare
-from upgrades.stacks import REPO, STACKS
-from upgrades.check import describe_selection
-from fixtures.tiers import stack
-from upgrades.candidates import Candidate
+from fixtures.session.expectations import DIFFERENTLY
+from fixtures.tiers import pins, stack
+from fixtures.tiers.tier_profile import cpu_profile
+from meta_tests.records import session as _report
+from meta_tests.records import with_contract, with_measured
+from reports.run_record import LaunchRecord, RootCauseRecord, RunRecord, StepRecord
+from reports.session_report import MachineRecord, PreflightFinding, SessionReport, SuiteIdentity
+from upgrades import bisect_packages, candidate_env, causes, check, page, promotion, sessions
+from upgrades import compare as upgrade_compare
 from upgrades import matrix as upgrade_matrix
+from upgrades.candidate_env import Change
+from upgrades.candidates import Candidate
+from upgrades.comparison import Comparison, FailureGroup, HeldDeviation, Today
+from upgrades.perf_compare import Verdict
+from upgrades.performance_check import rehearsal_options
+from upgrades.result import BisectFindings, PerformanceCheck, UpgradeResult
+from upgrades.sessions import describe_selection
+from upgrades.stacks import DEFAULT_STACK, REPO, STACKS
+from upgrades.verdict import ContractVerdict, Finding, Outcome, Owner
 
 pytestmark = pytest.mark.meta
 
-
-def _report(outcomes: dict[str, str], **extra) -> dict:
-    contracts = []
-    for nodeid, outcome in outcomes.items():
-        c = {"nodeid": nodeid, "outcome": outcome}
-        if outcome == "xfailed":
-            c["expectation"] = f"cpu-torch2.14-titan0.3.txt:{len(contracts) + 4}"
-        if outcome in ("failed", "xpassed"):
-            c["repro_bundle"] = f"/r/{nodeid}"
-            c["message"] = "[XPASS(strict)] known deviation" if outcome == "xpassed" else "AssertionError"
-        contracts.append(c)
-    return {"complete": True, "session": "s", "stack_id": {"cpu": "cpu-torch2.14-titan0.3"},
-            "suite": {"assets_recipe": "recipe", "assets_files": "files"}, "contracts": contracts, "runs": [], **extra}
+CHANGES = (Change("transformers", "5.23.0", "5.24.0", "candidate"), Change("httpx2", None, "2.16.2", "transitive"))
+CPU = ("conformance", "-m", "cpu")
 
 
-CHANGES = [{"name": "transformers", "old": "5.23.0", "new": "5.24.0", "kind": "candidate"},
-           {"name": "httpx2", "old": None, "new": "2.16.2", "kind": "transitive"}]
+def _page(comparison: Comparison, **result) -> str:
+    """The upgrade page of a comparison, as the check renders it."""
+    return page.render(UpgradeResult(comparison, **{"selection": (), "candidates": (), "partial": False, **result}),
+                       title="t")
+
+
+def _categories(result: Comparison) -> dict[str, str]:
+    return {c.nodeid: c.category for c in result.contracts}
 
 
 def test_every_outcome_change_is_categorized():
@@ -44,52 +54,61 @@ def test_every_outcome_change_is_categorized():
     cand = _report({"a": "passed", "b": "xpassed", "c": "failed", "d": "passed", "e": "skipped", "g": "passed",
                     "h": "passed", "i": "xfailed"})
     result = upgrade_compare.compare(base, cand, CHANGES)
-    got = {c["nodeid"]: c["category"] for c in result["contracts"]}
     # h: a candidate with an expectations file of its own that no longer lists the deviation
-    assert got == {"a": "unchanged", "b": "upstream fixed", "c": "newly failing", "d": "newly passing",
-                   "e": "newly skipped", "f": "missing", "g": "new", "h": "upstream fixed", "i": "unchanged"}
-    assert [c["nodeid"] for c in result["still_holding"]] == ["i"]
-    by = {c["nodeid"]: c for c in result["contracts"]}
-    assert by["c"]["repro_bundle"] == "/r/c"
-    assert by["b"]["expectation"].startswith("cpu-torch2.14-titan0.3.txt:")
-    assert result["verdict"].startswith("FAIL: 1 newly failing, 1 missing, 1 newly skipped")
-    assert not result["passed"]
+    assert _categories(result) == {"a": "unchanged", "b": "upstream fixed", "c": "newly failing", "d": "newly passing",
+                                   "e": "newly skipped", "f": "missing", "g": "new", "h": "upstream fixed",
+                                   "i": "unchanged"}
+    assert [c.nodeid for c in result.still_holding] == ["i"]
+    by = {c.nodeid: c for c in result.contracts}
+    assert by["c"].repro_bundle == "/r/c"
+    assert by["b"].expectation.startswith("cpu-torch2.14-titan0.3.txt:")
+    assert result.verdict.problems == ("1 newly failing", "1 missing", "1 newly skipped")
+    assert result.verdict.text().startswith("FAIL: 1 newly failing, 1 missing, 1 newly skipped")
+    assert not result.verdict.passed
 
 
 def test_verdicts():
     base = _report({"a": "passed", "b": "xfailed"})
     kept = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}), CHANGES)
-    assert kept["verdict"] == "PASS: the candidate keeps every contract of the baseline, 1 known deviation(s) still holding"
-    assert [c["nodeid"] for c in kept["still_holding"]] == ["b"]
-    assert "### Known deviations still holding" in upgrade_compare.render(kept, title="t")
+    assert kept.verdict.text() == ("PASS: the candidate keeps every contract of the baseline, 1 known deviation(s) "
+                                   "still holding")
+    assert [c.nodeid for c in kept.still_holding] == ["b"]
+    assert "### Known deviations still holding" in _page(kept)
     fixed = upgrade_compare.compare(base, _report({"a": "passed", "b": "xpassed"}), CHANGES)
-    assert fixed["passed"] and fixed["verdict"].startswith("PASS once 1 expectations line(s) are deleted")
+    assert fixed.verdict.passed and fixed.verdict.fixed == 1
+    assert fixed.verdict.text().startswith("PASS once 1 expectations line(s) are deleted")
     incomplete = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}, complete=False), CHANGES)
-    assert not incomplete["passed"] and "did not complete" in incomplete["verdict"]
+    assert not incomplete.verdict.passed and "did not complete" in incomplete.verdict.text()
     broken = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}), CHANGES, ["x 1 has requirement y"])
-    assert not broken["passed"] and "pip check fails" in broken["verdict"]
+    assert not broken.verdict.passed and "pip check fails" in broken.verdict.text()
+
+
+def _run(key: str, description: str, ok: bool = True, steps=(), root_cause=None) -> RunRecord:
+    return RunRecord(key=key, description=description, ok=ok, session="s", steps=tuple(steps),
+                     launch=LaunchRecord(root_cause=root_cause))
 
 
 def test_figures_and_runs_are_compared():
-    run = {"description": "dense_native steps=10", "ok": True, "session": "s",
-           "steps": [{"loss": 6.25, "step_time_s": 9.0, "memory_gib": 1.0},
-                     {"loss": 6.2, "step_time_s": 1.0, "memory_gib": 1.5},
-                     {"loss": 6.1, "step_time_s": 3.0, "memory_gib": 1.2}]}
-    base = _report({"a": "passed"}, runs=[run])
-    base["contracts"][0]["measured"] = {"bf16_max_abs_error": 0.01, "export_manifest": json.dumps(
-        [["w", [2], "float32"]])}
-    cand = _report({"a": "passed"}, runs=[{**run, "steps": [{**run["steps"][0], "loss": 6.5}, *run["steps"][1:]]}])
-    cand["contracts"][0]["measured"] = {"bf16_max_abs_error": 0.02, "export_manifest": json.dumps(
-        [["w", [2], "float16"]])}
+    steps = [StepRecord(1, loss=6.25, step_time_s=9.0, memory_gib=1.0), StepRecord(2, loss=6.2, step_time_s=1.0,
+                                                                                memory_gib=1.5),
+             StepRecord(3, loss=6.1, step_time_s=3.0, memory_gib=1.2)]
+    run = _run("k", "dense_native steps=10", steps=steps)
+    base = with_contract(_report({"a": "passed"}, runs=(run,)), "a", measured={"bf16_max_abs_error": 0.01},
+                         export_manifest=json.dumps([["w", [2], "float32"]]))
+    later = RunRecord(key="k", description=run.description, session="s",
+                      steps=(StepRecord(1, loss=6.5, step_time_s=9.0, memory_gib=1.0), *steps[1:]))
+    cand = with_contract(_report({"a": "passed"}, runs=(later,)), "a", measured={"bf16_max_abs_error": 0.02},
+                         export_manifest=json.dumps([["w", [2], "float16"]]))
     result = upgrade_compare.compare(base, cand, CHANGES)
-    figures = {m["name"]: (m["before"], m["after"]) for m in result["measured"]}
+    figures = {m.name: (m.before, m.after) for m in result.measured}
     assert figures == {"bf16_max_abs_error": (0.01, 0.02), "exported dtypes": (["float32"], ["float16"])}
-    (r,) = result["runs"]
-    assert r["before"]["step1_loss"] == 6.25 and r["after"]["step1_loss"] == 6.5
-    assert r["before"]["step_time_s"] == 2.0  # steps after the first
-    assert r["before"]["peak_memory_gib"] == 1.5
-    assert result["launches"] == {"baseline": {"runs": 1, "launched": 1}, "candidate": {"runs": 1, "launched": 1}}
-    text = upgrade_compare.render(result, title="t", promote=["cp a b"])
+    (r,) = result.runs
+    assert r.before.step1_loss == 6.25 and r.after.step1_loss == 6.5
+    assert r.before.step_time_s == 2.0  # steps after the first
+    assert r.before.peak_memory_gib == 1.5
+    assert (result.baseline_runs.runs, result.baseline_runs.launched) == (1, 1)
+    assert (result.candidate_runs.runs, result.candidate_runs.launched) == (1, 1)
+    text = _page(result, promote=("cp a b",))
     assert "| transformers | 5.23.0 | 5.24.0 | candidate |" in text
     assert "| httpx2 | not installed | 2.16.2 | transitive |" in text
     assert "6.25 -> 6.5" in text and "## Promote the candidate" in text
@@ -108,35 +127,40 @@ E         run: /work/main/.cache/conformance/runs/0123456789abcdef0123
 conformance/test_training_loop.py:48: AssertionError"""
 
 
+def _crashes(n: int, regressions: int = 1):
+    """A candidate whose first ``n`` contracts fail in one harness crash, and ``regressions`` more
+    on a contract's own assertion."""
+    cand = _report({f"t{i}": "failed" for i in range(n + regressions)})
+    for i in range(n + regressions):
+        cand = with_contract(cand, f"t{i}", message=HARNESS_CRASH if i < n else STACK_REGRESSION)
+    return cand
+
+
 def test_failures_are_grouped_by_cause_and_owner():
     """96 contracts failing in one harness crash are one group, the suite's; a contract's own
     assertion is another group, the candidate's; each group has one representative bundle and
     the verdict says whose each is."""
-    outcomes = {f"t{i}": "passed" for i in range(5)}
-    base = _report(outcomes)
-    cand = _report({**{f"t{i}": "failed" for i in range(4)}, "t4": "failed"})
-    for i, c in enumerate(cand["contracts"]):
-        c["message"] = HARNESS_CRASH if i < 4 else STACK_REGRESSION
-    result = upgrade_compare.compare(base, cand, CHANGES)
-    groups = result["groups"]
-    assert [len(g["contracts"]) for g in groups] == [4, 1]
-    assert groups[0]["owner"] == upgrade_compare.SUITE_GAP and groups[0]["culprit"] == "fixtures/rank/titan/tiny_qwen3.py"
-    assert groups[0]["cause"].startswith("TypeError: CosSinRoPE.Config.__init__()")
-    assert groups[1]["owner"] == upgrade_compare.CANDIDATE and "<run>" not in groups[1]["cause"]
-    assert groups[0]["repro_bundle"] == "/r/t0"
-    assert "4 in 1 cause(s) the suite's own gap" in result["verdict"] and "1 in 1 cause(s) the candidate's" in result["verdict"]
-    page = upgrade_compare.render(result, title="t")
-    assert page.count("**4 contract(s)**") == 1 and "### Newly failing (a regression" not in page
+    base = _report({f"t{i}": "passed" for i in range(5)})
+    result = upgrade_compare.compare(base, _crashes(4), CHANGES)
+    groups = result.groups
+    assert [len(g.contracts) for g in groups] == [4, 1]
+    assert groups[0].owner == causes.SUITE_GAP and groups[0].culprit == "fixtures/rank/titan/tiny_qwen3.py"
+    assert groups[0].cause.startswith("TypeError: CosSinRoPE.Config.__init__()")
+    assert groups[1].owner == causes.CANDIDATE and "<run>" not in groups[1].cause
+    assert groups[0].repro_bundle == "/r/t0"
+    assert result.verdict.owners == (Owner(causes.CANDIDATE, 1, 1), Owner(causes.SUITE_GAP, 4, 1))
+    text = result.verdict.text()
+    assert "4 in 1 cause(s) the suite's own gap" in text and "1 in 1 cause(s) the candidate's" in text
+    text = _page(result)
+    assert text.count("**4 contract(s)**") == 1 and "### Newly failing (a regression" not in text
 
 
 def test_a_figure_line_never_claims_no_change_of_nothing():
-    base = _report({"a": "passed"})
-    base["contracts"][0]["measured"] = {"err": 0.5}
-    none = upgrade_compare.render(upgrade_compare.compare(base, _report({"a": "passed"}), CHANGES), title="t")
+    base = with_measured(_report({"a": "passed"}), {"a": {"err": 0.5}})
+    none = _page(upgrade_compare.compare(base, _report({"a": "passed"}), CHANGES))
     assert "No figure was compared" in none and "None of the" not in none
-    cand = _report({"a": "passed"})
-    cand["contracts"][0]["measured"] = {"err": 0.5}
-    same = upgrade_compare.render(upgrade_compare.compare(base, cand, CHANGES), title="t")
+    cand = with_measured(_report({"a": "passed"}), {"a": {"err": 0.5}})
+    same = _page(upgrade_compare.compare(base, cand, CHANGES))
     assert "None of the 1 figures both sessions measured changed." in same
 
 
@@ -145,10 +169,11 @@ def test_bisect_attributes_each_flip_to_one_package():
     candidate = {"a": "failed", "b": "failed", "c": "xpassed", "d": "failed"}
     single = {"transformers==5.24.0": {"a": "failed", "b": "passed", "c": "xpassed", "d": "passed"},
               "huggingface_hub==2.4.0": {"a": "passed", "b": "failed", "c": "xpassed", "d": "passed"}}
-    assert upgrade.attribute("a", baseline, candidate, single).startswith("transformers==5.24.0 (passed -> failed")
-    assert upgrade.attribute("b", baseline, candidate, single).startswith("huggingface_hub==2.4.0")
-    assert upgrade.attribute("c", baseline, candidate, single).startswith("each of transformers==5.24.0, huggingface_hub==2.4.0")
-    assert "only together" in upgrade.attribute("d", baseline, candidate, single)
+    attribute = bisect_packages.attribute
+    assert attribute("a", baseline, candidate, single).startswith("transformers==5.24.0 (passed -> failed")
+    assert attribute("b", baseline, candidate, single).startswith("huggingface_hub==2.4.0")
+    assert attribute("c", baseline, candidate, single).startswith("each of transformers==5.24.0, huggingface_hub==2.4.0")
+    assert "only together" in attribute("d", baseline, candidate, single)
 
 
 def test_pins_must_be_exact():
@@ -218,10 +243,9 @@ def test_real_candidate_end_to_end(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=1200)
     # 1 is a FAIL verdict, never a crash (an uncaught exception exits 1 too)
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
-    result = json.loads((out / "upgrade.json").read_text())
-    assert {"name": "transformers", "old": "5.23.0", "new": "5.24.0", "kind": "candidate", "commit": None,
-            "date": None, "source": "index"} in result["versions"]
-    assert result["contracts"] and all(c["nodeid"].startswith("conformance/test_versions.py") for c in result["contracts"])
+    result = UpgradeResult.read(out / "upgrade.json").comparison
+    assert Change("transformers", "5.23.0", "5.24.0", "candidate", source="index") in result.versions
+    assert result.contracts and all(c.nodeid.startswith("conformance/test_versions.py") for c in result.contracts)
     text = (out / "upgrade.md").read_text()
     assert "**Verdict: " in text and "| transformers | 5.23.0 | 5.24.0 | candidate | index |" in text
     assert str(REPO) not in text and str(tmp_path) not in text  # no machine path on the page
@@ -249,35 +273,32 @@ def test_a_deviation_whose_run_died_is_not_called_still_holding():
     measured it again; an xfail that came from a run that never trained is "not re-measured",
     with the run's failure."""
     base = _report({"a": "xfailed", "b": "xfailed"})
-    cand = _report({"a": "xfailed", "b": "xfailed"})
-    cand["contracts"][0]["failure"] = RUN_DIED
-    cand["contracts"][1]["failure"] = "AssertionError: contract: grad_clip is compiled\n  expected: True\n"
+    cand = with_contract(_report({"a": "xfailed", "b": "xfailed"}), "a", failure=RUN_DIED)
+    cand = with_contract(cand, "b", failure="AssertionError: contract: grad_clip is compiled\n  expected: True\n")
     result = upgrade_compare.compare(base, cand, CHANGES)
-    assert [c["nodeid"] for c in result["still_holding"]] == ["b"]
-    assert result["not_remeasured"] == [{"nodeid": "a", "why": "not re-measured: its run died of ValueError: When "
-                                         "dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh"}]
-    page = upgrade_compare.render(result, title="t")
-    assert "### Known deviations not re-measured" in page and "its run died of ValueError" in page
+    assert [c.nodeid for c in result.still_holding] == ["b"]
+    assert result.not_remeasured == (HeldDeviation("a", why="not re-measured: its run died of ValueError: When "
+                                                   "dp_mesh_dims is provided, all parameters must be DTensors on the "
+                                                   "full SPMD mesh"),)
+    text = _page(result)
+    assert "### Known deviations not re-measured" in text and "its run died of ValueError" in text
 
 
 def test_contracts_whose_run_died_form_one_cause_however_they_quote_it():
     """Two contracts that read one dead run are one cause, the run's first failure, though one
     quotes the exception inside its assertion and the other names only the run."""
     base = _report({"a": "passed", "b": "passed", "c": "passed", "d": "passed"})
-    cand = _report({"a": "failed", "b": "failed", "c": "failed", "d": "failed"})
-    cand["contracts"][0].update(runs=["k1"], message="AssertionError: contract: export\n  actual: ValueError: When "
-                                "dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh")
-    cand["contracts"][1].update(runs=["k1"], message="AssertionError: contract: the run hf_tied trains every step")
-    cand["contracts"][2].update(runs=["k2"], message="AssertionError: contract: the loss falls\n  actual: 6.1")
-    cand["contracts"][3].update(message="not run: ValueError: When dp_mesh_dims is provided, all parameters must be "
-                                        "DTensors on the full SPMD mesh (a fact of this stack on the native path: ...)")
-    cand["runs"] = [{"key": "k1", "description": "hf_tied", "ok": False, "launch": {"root_cause": {
-                        "rank": 0, "message": "ValueError: When dp_mesh_dims is provided, all parameters must be "
-                                              "DTensors on the full SPMD mesh", "traceback": ""}}},
-                    {"key": "k2", "description": "dense_native", "ok": True, "launch": {"root_cause": None}}]
-    groups = upgrade_compare.compare(base, cand, CHANGES)["groups"]
-    assert [sorted(g["contracts"]) for g in groups] == [["a", "b", "d"], ["c"]], groups
-    assert groups[0]["cause"].startswith("a run died: ValueError: When dp_mesh_dims is provided")
+    died = ("ValueError: When dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh")
+    runs = (_run("k1", "hf_tied", ok=False, root_cause=RootCauseRecord(message=died, traceback="", rest={"rank": 0})),
+            _run("k2", "dense_native"))
+    cand = _report({"a": "failed", "b": "failed", "c": "failed", "d": "failed"}, runs=runs)
+    cand = with_contract(cand, "a", runs=("k1",), message=f"AssertionError: contract: export\n  actual: {died}")
+    cand = with_contract(cand, "b", runs=("k1",), message="AssertionError: contract: the run hf_tied trains every step")
+    cand = with_contract(cand, "c", runs=("k2",), message="AssertionError: contract: the loss falls\n  actual: 6.1")
+    cand = with_contract(cand, "d", message=f"not run: {died} (a fact of this stack on the native path: ...)")
+    groups = upgrade_compare.compare(base, cand, CHANGES).groups
+    assert [sorted(g.contracts) for g in groups] == [["a", "b", "d"], ["c"]], groups
+    assert groups[0].cause.startswith("a run died: ValueError: When dp_mesh_dims is provided")
 
 
 def test_a_torch_upgrade_moves_the_one_place_the_suite_pins_it():
@@ -285,12 +306,12 @@ def test_a_torch_upgrade_moves_the_one_place_the_suite_pins_it():
     the venv script and the tier profile read; a package the extra does not pin, or pins at
     another version than the change's old one, is not moved."""
     pinned = {"torch": "2.14.1", "triton": "3.8.0", "transformers": "5.23.0"}
-    moves = upgrade.pin_moves([candidate_env.Change("torch", "2.14.1", "2.15.0", "candidate"),
+    moves = promotion.pin_moves([candidate_env.Change("torch", "2.14.1", "2.15.0", "candidate"),
                                candidate_env.Change("triton", "3.8.0", "3.9.0", "transitive"),
                                candidate_env.Change("transformers", "5.22.0", "5.24.0", "candidate"),
                                candidate_env.Change("httpx2", None, "2.16.2", "transitive")], pinned)
     assert moves == ["python -m fixtures.tiers.pins torch==2.15.0 triton==3.9.0"]
-    assert upgrade.pin_moves([candidate_env.Change("httpx2", "2.1", "2.16.2", "transitive")], pinned) == []
+    assert promotion.pin_moves([candidate_env.Change("httpx2", "2.1", "2.16.2", "transitive")], pinned) == []
 
 
 def test_the_pins_are_written_once_and_moved_in_place(tmp_path):
@@ -298,9 +319,6 @@ def test_the_pins_are_written_once_and_moved_in_place(tmp_path):
     spells no version of its own, the tier profile's torch pin is the extra's, and a move
     rewrites only the moved requirement (the rest of pyproject.toml byte for byte) and
     refuses a package the extra does not pin."""
-    from fixtures.tiers import pins
-    from fixtures.tiers.tier_profile import cpu_profile
-
     found = pins.cpu_pins()
     assert cpu_profile().torch_pin == found["torch"]
     script = (REPO / "scripts" / "setup-venv.sh").read_text()
@@ -341,7 +359,6 @@ def test_a_build_no_index_serves_is_promoted_as_a_new_stack(tmp_path):
     """A wheel, git or checkout candidate that passes is not pinned into the trusted stack's
     constraints (pip could not fetch that version, and the stack's extra requires its own
     torchtitan): the page gives the steps of a new stack built from a wheelhouse."""
-
     wheel = Candidate(text="/w/torchtitan-0.2.2+gitabc1234-py3-none-any.whl", kind="wheel", name="torchtitan",
                       install=("/w/torchtitan-0.2.2+gitabc1234-py3-none-any.whl",), version="0.2.2+gitabc1234")
     git = Candidate(text="torchtitan @ git+https://github.com/pytorch/torchtitan@abc1234", kind="direct",
@@ -349,13 +366,13 @@ def test_a_build_no_index_serves_is_promoted_as_a_new_stack(tmp_path):
                     commit="abc1234def")
     constraints = REPO / ".cache" / "upgrade" / "x" / "constraints.txt"
     for cand in (wheel, git):
-        steps = upgrade.new_stack_steps([cand], constraints, STACKS["titan-0.3.0"])
+        steps = promotion.new_stack_steps([cand], constraints, STACKS["titan-0.3.0"])
         text = "\n".join(steps)
         assert "requirements/cpu-constraints.txt" not in text and "setup-venv.sh titan-0.3.0\n" not in text, text
         assert "WHEELHOUSE" in text and "SHA256SUMS" in text and "new stack (titan-abc1234)" in text
         assert "cp .cache/upgrade/x/constraints.txt requirements/cpu-titan-abc1234-constraints.txt" in text
     assert "pip wheel --no-deps -w WHEELHOUSE torchtitan @ git+" in "\n".join(
-        upgrade.new_stack_steps([git], constraints, STACKS["titan-0.3.0"]))
+        promotion.new_stack_steps([git], constraints, STACKS["titan-0.3.0"]))
 
 
 def test_a_candidate_matrix_checks_each_set_once_and_writes_one_page(tmp_path, monkeypatch):
@@ -363,12 +380,13 @@ def test_a_candidate_matrix_checks_each_set_once_and_writes_one_page(tmp_path, m
     check with its own folder and the same options and selection; one page has a row per set
     (verdict, causes, wall time), a NOT BUILT row with pip's reason; trn2's trusted session is
     run once and handed to the later rows."""
-
     matrix = tmp_path / "m.txt"
     matrix.write_text("# the last torch releases\ntorch==2.15.0\ntorch==2.13.0  # older\n\ntorch==9.9 transformers==1\n")
     calls = []
+    kept = UpgradeResult(upgrade_compare.compare(_report({"a": "passed"}), _report({"a": "passed"})), selection=CPU,
+                         candidates=(), partial=False)
 
-    def check(argv):
+    def check_row(argv):
         calls.append(argv)
         folder = Path(argv[argv.index("--out") + 1])
         folder.mkdir(parents=True)
@@ -377,21 +395,21 @@ def test_a_candidate_matrix_checks_each_set_once_and_writes_one_page(tmp_path, m
                                                "torch<=2.14.1\n```\n")
             return 2
         (folder / "trusted-suite").mkdir()
-        (folder / "upgrade.json").write_text(json.dumps({"verdict": "PASS: kept", "passed": True, "groups": []}))
+        (folder / "upgrade.json").write_text(json.dumps(kept.to_json()))
         return 0
 
     out = tmp_path / "out"
-    rc = upgrade_matrix.run(matrix, ["--tier", "trn2", "--", "conformance", "-m", "trn2"], out, check)
+    rc = upgrade_matrix.check_rows(matrix, ["--tier", "trn2", "--", "conformance", "-m", "trn2"], out, check_row)
     assert rc == 1  # one row did not build
     assert [c[c.index("--candidate") + 1] for c in calls] == ["torch==2.15.0", "torch==2.13.0", "torch==9.9"]
     assert all(c[-3:] == ["conformance", "-m", "trn2"] for c in calls)
     assert "--baseline-report" not in calls[0] and "--baseline-report" in calls[1]
-    page = (out / "matrix.md").read_text()
-    assert "| `torch==2.15.0` | PASS: kept |" in page and "| `torch==9.9 transformers==1` | NOT BUILT |" in page
-    assert "(constraint) torch<=2.14.1" in page
+    text = (out / "matrix.md").read_text()
+    assert "| `torch==2.15.0` | PASS: the candidate keeps every contract of the baseline |" in text
+    assert "| `torch==9.9 transformers==1` | NOT BUILT |" in text and "(constraint) torch<=2.14.1" in text
     captured = {}
-    monkeypatch.setattr(upgrade_matrix, "run", lambda m, argv, o, c: captured.update(argv=argv, out=o) or 0)
-    assert upgrade.main(["--candidate-matrix", str(matrix), "--out", str(out), "--stack", "titan-0.3.0"]) == 0
+    monkeypatch.setattr(upgrade_matrix, "check_rows", lambda m, argv, o, c: captured.update(argv=argv, out=o) or 0)
+    assert check.main(["--candidate-matrix", str(matrix), "--out", str(out), "--stack", "titan-0.3.0"]) == 0
     assert captured["argv"] == ["--stack", "titan-0.3.0"] and captured["out"] == out.resolve()
 
 
@@ -400,21 +418,19 @@ def test_a_figure_the_trusted_stack_moves_today_is_not_blamed_on_the_candidate()
     measures today on the same checkout. A figure re-measured today is the checkout's move where
     the candidate equals today's value, the candidate's where it does not; one not re-measured
     says so."""
-    base = _report({"a": "passed", "b": "passed", "c": "passed"})
-    cand = _report({"a": "passed", "b": "passed", "c": "passed"})
-    today = _report({"a": "passed", "b": "passed"})
-    for report, values in ((base, (1.0, 1.0, 1.0)), (cand, (2.0, 3.0, 4.0)), (today, (2.0, 1.0))):
-        for contract, value in zip(report["contracts"], values):
-            contract["measured"] = {"err": value}
-    today["session"] = "today"
+    base = with_measured(_report({"a": "passed", "b": "passed", "c": "passed"}),
+                         {"a": {"err": 1.0}, "b": {"err": 1.0}, "c": {"err": 1.0}})
+    cand = with_measured(_report({"a": "passed", "b": "passed", "c": "passed"}),
+                         {"a": {"err": 2.0}, "b": {"err": 3.0}, "c": {"err": 4.0}})
+    today = with_measured(_report({"a": "passed", "b": "passed"}, session="today"), {"a": {"err": 2.0}, "b": {"err": 1.0}})
     result = upgrade_compare.compare(base, cand, CHANGES, today=today)
-    by = {m["nodeid"]: m for m in result["measured"]}
-    assert (by["a"]["stale_baseline"], by["a"]["candidates_move"]) == (True, False)
-    assert (by["b"]["stale_baseline"], by["b"]["candidates_move"]) == (False, True)
-    assert "today" not in by["c"] and result["figures_remeasured_today"] == 2
-    page = upgrade_compare.render(result, title="t")
-    assert "this machine's or the checkout's (the trusted stack measures the same here today): not the candidate's" in page
-    assert "| `c` | err | 1 | - | 4 | not re-measured today |" in page, page
+    by = {m.nodeid: m for m in result.measured}
+    assert by["a"].today == Today(2.0, stale_baseline=True, candidates_move=False)
+    assert by["b"].today == Today(1.0, stale_baseline=False, candidates_move=True)
+    assert by["c"].today is None and result.figures_remeasured_today == 2
+    text = _page(result)
+    assert "this machine's or the checkout's (the trusted stack measures the same here today): not the candidate's" in text
+    assert "| `c` | err | 1 | - | 4 | not re-measured today |" in text, text
 
 
 def test_an_attempt_under_other_pip_constraints_has_its_own_id(monkeypatch):
@@ -431,30 +447,27 @@ def test_a_new_contract_failing_in_the_candidate_fails_the_upgrade():
     """A contract the committed baseline does not have (added since) that fails in the
     candidate is a failure, as the gate says; one that passes is listed as new."""
     base = _report({"a": "passed"})
-    failing = upgrade_compare.compare(base, _report({"a": "passed", "new_leak": "failed"}), [])
-    assert not failing["passed"] and "1 new contract(s) failing (not in the baseline)" in failing["verdict"]
-    passing = upgrade_compare.compare(base, _report({"a": "passed", "new_leak": "passed"}), [])
-    assert passing["passed"]
+    failing = upgrade_compare.compare(base, _report({"a": "passed", "new_leak": "failed"}))
+    assert failing.verdict.problems == ("1 new contract(s) failing (not in the baseline)",)
+    passing = upgrade_compare.compare(base, _report({"a": "passed", "new_leak": "passed"}))
+    assert passing.verdict.passed
 
 
 def test_a_deviation_failing_differently_is_red_on_the_page_with_both_reasons():
     """A known deviation whose contract now fails otherwise than recorded (the expectations
     plugin made it a failure) is newly failing, grouped under the line that names both the
     recorded signature and the new failure; before, any failure read as "still holding"."""
-    from fixtures.session.expectations import DIFFERENTLY
-
     base = _report({"a": "passed", "lm_head": "xfailed"})
-    cand = _report({"a": "passed", "lm_head": "failed"})
-    cand["contracts"][1]["message"] = (
+    cand = with_contract(_report({"a": "passed", "lm_head": "failed"}), "lm_head", message=(
         f"{RUN_DIED}\n\n{DIFFERENTLY} (cpu-torch2.14-titan0.3.txt:10): recorded: failure matching "
         "\"contract: the run reports that the checkpoint's lm_head\\.weight was dropped\"; now: "
-        "AssertionError: contract: the run dense_native trains every step on every rank")
+        "AssertionError: contract: the run dense_native trains every step on every rank"))
     result = upgrade_compare.compare(base, cand, CHANGES)
-    assert not result["passed"] and result["counts"]["newly failing"] == 1
-    [group] = result["groups"]
-    assert group["cause"].startswith(DIFFERENTLY) and "recorded: failure matching" in group["cause"]
-    page = upgrade_compare.render(result, title="t")
-    assert "lm_head\\.weight was dropped" in page and "now: AssertionError: contract: the run dense_native" in page
+    assert not result.verdict.passed and result.counts["newly failing"] == 1
+    [group] = result.groups
+    assert group.cause.startswith(DIFFERENTLY) and "recorded: failure matching" in group.cause
+    text = _page(result)
+    assert "lm_head\\.weight was dropped" in text and "now: AssertionError: contract: the run dense_native" in text
 
 
 def test_a_failure_the_trusted_stack_shares_here_is_this_machines():
@@ -464,26 +477,26 @@ def test_a_failure_the_trusted_stack_shares_here_is_this_machines():
     cand = _report({"a": "passed", "tp": "failed"})
     today = _report({"tp": "failed"})
     blamed = upgrade_compare.compare(base, cand, CHANGES)
-    assert not blamed["passed"] and upgrade_compare.suspects(blamed) == ["tp"]
+    assert not blamed.verdict.passed and blamed.suspects() == ["tp"]
     result = upgrade_compare.compare(base, cand, CHANGES, today=today)
-    assert result["passed"] and result["counts"]["fails with the trusted stack here"] == 1
-    assert "this machine's, not the candidate's" in result["verdict"]
-    assert "Failing on this machine with the trusted stack too" in upgrade_compare.render(result, title="t")
+    assert result.verdict.passed and result.counts["fails with the trusted stack here"] == 1
+    assert "this machine's, not the candidate's" in result.verdict.text()
+    assert "Failing on this machine with the trusted stack too" in _page(result)
 
 
 def test_no_figure_is_compared_with_a_baseline_of_another_suite():
     """A baseline recorded with other checkpoints measured other things: its step-1 losses
     against this suite's are no 'figures that moved' (the committed baseline of an earlier round
     once showed 6.250949 -> 6.262897 so)."""
-    base, cand = _report({"a": "passed"}), _report({"a": "passed"})
-    base["contracts"][0]["measured"] = {"step1_loss": 6.250949}
-    cand["contracts"][0]["measured"] = {"step1_loss": 6.262897}
-    assert upgrade_compare.compare(base, cand, CHANGES)["measured"]
-    base["suite"] = {"assets_recipe": "an earlier round's", "assets_files": "x"}
-    result = upgrade_compare.compare(base, cand, CHANGES)
-    assert result["measured"] == [] and "recorded by another suite" in result["other_suite"]
-    page = upgrade_compare.render(result, title="t")
-    assert "Not compared: the baseline was recorded by another suite" in page and "6.262897" not in page
+    base = with_measured(_report({"a": "passed"}), {"a": {"step1_loss": 6.250949}})
+    cand = with_measured(_report({"a": "passed"}), {"a": {"step1_loss": 6.262897}})
+    assert upgrade_compare.compare(base, cand, CHANGES).measured
+    other = with_measured(_report({"a": "passed"}, suite=SuiteIdentity("an earlier round's", "x")),
+                          {"a": {"step1_loss": 6.250949}})
+    result = upgrade_compare.compare(other, cand, CHANGES)
+    assert result.measured == () and "recorded by another suite" in result.other_suite
+    text = _page(result)
+    assert "Not compared: the baseline was recorded by another suite" in text and "6.262897" not in text
 
 
 def test_the_trusted_stack_is_asked_here_only_where_the_baseline_took_other_kernel_paths(monkeypatch, tmp_path):
@@ -491,29 +504,24 @@ def test_the_trusted_stack_is_asked_here_only_where_the_baseline_took_other_kern
     or whose figures moved and that today's trusted session did not run, and only when the
     baseline's machine (its kernel paths) is not this one; a failure that session shares is
     then this machine's."""
-    import argparse
-
-    from upgrades import check
-    from upgrades.stacks import STACKS
-
     asked = []
 
     def fake_run_suite(env, report_dir, selection):
         asked.append(selection)
         return _report({"tp": "failed"}, session="here")
 
-    monkeypatch.setattr(check, "run_suite", fake_run_suite)
+    monkeypatch.setattr(sessions, "run_suite", fake_run_suite)
     args = argparse.Namespace(tier="cpu")
-    base = _report({"a": "passed", "tp": "passed", "x": "passed"}, machine={"numerics_key": "epyc"})
-    cand = _report({"a": "passed", "tp": "failed", "x": "passed"}, machine={"numerics_key": "xeon"})
+    base = _report({"a": "passed", "tp": "passed", "x": "passed"}, machine=MachineRecord(numerics_key="epyc"))
+    cand = _report({"a": "passed", "tp": "failed", "x": "passed"}, machine=MachineRecord(numerics_key="xeon"))
     today = _report({"x": "passed"}, session="cross-version")
     result = upgrade_compare.compare(base, cand, CHANGES, today=today)
-    here = check.trusted_here(args, STACKS[check.DEFAULT_STACK], base, cand, result, tmp_path, today)
-    assert asked == [["tp", "-m", "cpu"]] and {c["nodeid"] for c in here["contracts"]} == {"x", "tp"}
+    here = sessions.trusted_here(args, STACKS[DEFAULT_STACK], base, cand, result.suspects(), tmp_path, today)
+    assert asked == [["tp", "-m", "cpu"]] and {c.nodeid for c in here.contracts} == {"x", "tp"}
     again = upgrade_compare.compare(base, cand, CHANGES, today=here)
-    assert again["passed"] and again["counts"]["fails with the trusted stack here"] == 1
-    same = {**base, "machine": {"numerics_key": "xeon"}}
-    assert check.trusted_here(args, STACKS[check.DEFAULT_STACK], same, cand, result, tmp_path, today) is None
+    assert again.verdict.passed and again.counts["fails with the trusted stack here"] == 1
+    same = _report({"a": "passed", "tp": "passed", "x": "passed"}, machine=MachineRecord(numerics_key="xeon"))
+    assert sessions.trusted_here(args, STACKS[DEFAULT_STACK], same, cand, result.suspects(), tmp_path, today) is None
     assert len(asked) == 1  # the same machine: nothing rerun, the candidate is judged as is
 
 
@@ -534,32 +542,34 @@ def test_categorize_reads_the_outcome_and_a_strict_xpass_message():
 def test_reports_without_contracts_or_runs_compare_as_empty():
     """A report that records no contracts or no runs (an early crash, an old schema) is read
     as empty, not a crash."""
-    result = upgrade_compare.compare({"complete": True}, {"complete": True}, [])
-    assert result["passed"] and result["contracts"] == [] and result["groups"] == [] and result["runs"] == []
-    assert result["verdict"] == "PASS: the candidate keeps every contract of the baseline"
+    empty = SessionReport.from_json({"complete": True})
+    result = upgrade_compare.compare(empty, empty)
+    assert result.verdict.passed and result.contracts == () and result.groups == () and result.runs == ()
+    assert result.verdict.text() == "PASS: the candidate keeps every contract of the baseline"
 
 
 def test_the_upgrade_result_carries_every_field_the_page_and_json_read():
     """compare's result, field by field: both sessions and stacks, pip check's lines, the stack
     preflight, the figures that did not move, each deviation still holding with its expectation;
     a deviation listed only in the candidate (passing or absent before) is not still holding."""
-    base = _report({"a": "passed", "b": "xfailed", "p": "passed"}, session="base-s")
-    cand = _report({"a": "passed", "b": "xfailed", "p": "xfailed", "n": "xfailed"}, session="cand-s",
-                   stack_id={"cpu": "cpu-torch2.15-titan0.3"}, stack_preflight=["torch 2.15.0: ok"])
-    for report in (base, cand):
-        report["contracts"][0]["measured"] = {"err": 0.5}
+    preflight = PreflightFinding("cpu", True, "torch 2.15.0: ok")
+    base = with_measured(_report({"a": "passed", "b": "xfailed", "p": "passed"}, session="base-s"), {"a": {"err": 0.5}})
+    cand = with_measured(_report({"a": "passed", "b": "xfailed", "p": "xfailed", "n": "xfailed"}, session="cand-s",
+                                 stack_id={"cpu": "cpu-torch2.15-titan0.3"}, stack_preflight=(preflight,)),
+                         {"a": {"err": 0.5}})
     today = _report({"a": "passed"}, session="today-s")
     result = upgrade_compare.compare(base, cand, CHANGES, ["x 1 has requirement y"], today=today)
-    assert result["baseline_session"] == "base-s" and result["today_session"] == "today-s"
-    assert result["baseline_stack"] == {"cpu": "cpu-torch2.14-titan0.3"}
-    assert result["candidate_stack"] == {"cpu": "cpu-torch2.15-titan0.3"}
-    assert result["pip_check"] == ["x 1 has requirement y"] and result["stack_preflight"] == ["torch 2.15.0: ok"]
-    assert result["unchanged_figures"] == [f"a: err = {upgrade_compare._fmt(0.5)}"]
-    assert result["still_holding"] == [{"nodeid": "b", "expectation": cand["contracts"][1]["expectation"]}]
-    assert result["verdict"] == "FAIL: pip check fails" and not result["passed"]
+    assert result.baseline_session == "base-s" and result.today_session == "today-s"
+    assert result.baseline_stack == {"cpu": "cpu-torch2.14-titan0.3"}
+    assert result.candidate_stack == {"cpu": "cpu-torch2.15-titan0.3"}
+    assert result.pip_check == ("x 1 has requirement y",) and result.stack_preflight == (preflight,)
+    assert result.unchanged_figures == (f"a: err = {upgrade_compare.fmt(0.5)}",)
+    assert result.still_holding == (HeldDeviation("b", cand.contract("b").expectation),)
+    assert result.verdict.text() == "FAIL: pip check fails" and not result.verdict.passed
     plain = upgrade_compare.compare(base, cand, CHANGES)
-    assert plain["today_session"] is None and plain["pip_check"] == [] and plain["passed"]
-    assert plain["verdict"] == "PASS: the candidate keeps every contract of the baseline, 1 known deviation(s) still holding"
+    assert plain.today_session is None and plain.pip_check == () and plain.verdict.passed
+    assert plain.verdict.text() == ("PASS: the candidate keeps every contract of the baseline, 1 known deviation(s) "
+                                    "still holding")
 
 
 def test_each_verdict_sentence_word_for_word():
@@ -567,88 +577,83 @@ def test_each_verdict_sentence_word_for_word():
     "complete" key is not complete), causes per owner in one parenthesis, and failures the
     trusted stack shares on this machine."""
     base = _report({"a": "passed", "b": "xfailed"})
-    assert upgrade_compare.compare(base, _report({"a": "passed", "b": "xpassed"}), CHANGES)["verdict"] == (
+    assert upgrade_compare.compare(base, _report({"a": "passed", "b": "xpassed"}), CHANGES).verdict.text() == (
         "PASS once 1 expectations line(s) are deleted: the candidate keeps every contract and fixes known deviations")
-    unfinished = _report({"a": "passed", "b": "xfailed"})
-    del unfinished["complete"]
+    unfinished = SessionReport.from_json({k: v for k, v in _report({"a": "passed", "b": "xfailed"}).to_json().items()
+                                          if k != "complete"})
     result = upgrade_compare.compare(base, unfinished, CHANGES)
-    assert not result["passed"] and result["verdict"] == "FAIL: the candidate's session did not complete"
-    cand = _report({f"t{i}": "failed" for i in range(5)})
-    for i, c in enumerate(cand["contracts"]):
-        c["message"] = HARNESS_CRASH if i < 4 else STACK_REGRESSION
-    assert upgrade_compare.compare(_report({f"t{i}": "passed" for i in range(5)}), cand, CHANGES)["verdict"] == (
+    assert not result.verdict.passed and result.verdict.text() == "FAIL: the candidate's session did not complete"
+    assert upgrade_compare.compare(_report({f"t{i}": "passed" for i in range(5)}), _crashes(4), CHANGES).verdict.text() == (
         "FAIL: 5 newly failing (1 in 1 cause(s) the candidate's behaviour; 4 in 1 cause(s) the suite's own gap "
         "(fix the suite))")
     shared = upgrade_compare.compare(_report({"a": "passed", "tp": "passed"}), _report({"a": "passed", "tp": "failed"}),
                                      CHANGES, today=_report({"tp": "failed"}))
-    assert shared["verdict"] == ("PASS: the candidate keeps every contract of the baseline; 1 contract(s) fail on "
-                                 "this machine with the trusted stack too (this machine's, not the candidate's)")
+    assert shared.verdict.text() == ("PASS: the candidate keeps every contract of the baseline; 1 contract(s) fail on "
+                                     "this machine with the trusted stack too (this machine's, not the candidate's)")
+
+
+def _performance(*findings: Finding, accepted: bool = False) -> PerformanceCheck:
+    return PerformanceCheck(Verdict(tuple(findings), accepted=accepted))
 
 
 def test_the_check_composes_its_verdict_from_the_contracts_performance_and_selection():
     """The upgrade result derives its verdict from its parts whenever asked (never by editing
     text): contracts passing with performance failing reads "FAIL (performance X): <the
     contracts' words>", both failing appends "; performance X", a partial selection is named
-    and never promoted, and a performance verdict added after the comparison changes the
-    outcome and the words of upgrade.json together."""
-    from upgrades.result import UpgradeResult
-    from upgrades.verdict import Outcome
-
+    and never promoted, and a performance verdict changes the outcome and the words of
+    upgrade.json together."""
     base = _report({"a": "passed", "b": "xfailed"})
     keeps = upgrade_compare.compare(base, _report({"a": "passed", "b": "xfailed"}), CHANGES)
     breaks = upgrade_compare.compare(base, _report({"a": "failed", "b": "xfailed"}), CHANGES)
-    result = UpgradeResult(keeps, selection=["conformance", "-m", "cpu"], candidates=[], partial=False)
-    assert result.passed and result.to_json()["verdict"] == keeps["verdict"] and result.to_json()["outcome"] == "PASS"
-    result.performance = {"verdict": "SLOWER", "passed": False}
-    written = result.to_json()
-    assert written["verdict"] == ("FAIL (performance SLOWER): the candidate keeps every contract of the baseline, "
-                                  "1 known deviation(s) still holding")
-    assert not written["passed"] and written["outcome"] == Outcome.FAIL and "promote" not in written
-    result.performance = {"verdict": "SLOWER", "passed": True, "accepted": True}  # --accept-performance
-    assert result.passed
-    both = UpgradeResult(breaks, selection=["conformance/test_x.py", "-m", "cpu"], candidates=[], partial=True,
-                         performance={"verdict": "LARGER+INCONCLUSIVE", "passed": False})
-    assert both.to_json()["verdict"] == (breaks["verdict"] + "; performance LARGER+INCONCLUSIVE (on the selection "
-                                         "`pytest conformance/test_x.py -m cpu`; not a promotion)")
-    figures = UpgradeResult(keeps, ["conformance", "-m", "cpu"], [], False, performance={"verdict": "FIGURES ONLY",
-                                                                                          "passed": True})
-    assert figures.passed and figures.to_json()["verdict"] == (
-        keeps["verdict"] + "; performance not judged (figures only: no A/A series of this host type)")
-    assert breaks["verdict"].startswith("FAIL: 1 newly failing") and not both.passed
+    result = UpgradeResult(keeps, selection=CPU, candidates=(), partial=False)
+    assert result.passed and result.verdict.text() == keeps.verdict.text()
+    assert result.verdict.outcome is Outcome.PASS
+    slower = UpgradeResult(keeps, CPU, (), False, performance=_performance(Finding.SLOWER))
+    assert slower.verdict.text() == ("FAIL (performance SLOWER): the candidate keeps every contract of the baseline, "
+                                     "1 known deviation(s) still holding")
+    assert not slower.passed and slower.verdict.outcome is Outcome.FAIL and slower.promote is None
+    assert UpgradeResult(keeps, CPU, (), False, performance=_performance(Finding.SLOWER, accepted=True)).passed
+    both = UpgradeResult(breaks, selection=("conformance/test_x.py", "-m", "cpu"), candidates=(), partial=True,
+                         performance=_performance(Finding.LARGER, Finding.INCONCLUSIVE))
+    assert both.verdict.performance == (Finding.LARGER, Finding.INCONCLUSIVE)
+    assert both.verdict.text() == (breaks.verdict.text() + "; performance LARGER+INCONCLUSIVE (on the selection "
+                                   "`pytest conformance/test_x.py -m cpu`; not a promotion)")
+    figures = UpgradeResult(keeps, CPU, (), False, performance=_performance(Finding.FIGURES_ONLY))
+    assert figures.passed and figures.verdict.text() == (
+        keeps.verdict.text() + "; performance not judged (figures only: no A/A series of this host type)")
+    assert breaks.verdict.text().startswith("FAIL: 1 newly failing") and not both.passed
 
 
-def test_upgrade_json_holds_each_part_the_check_found():
+def test_upgrade_json_holds_each_part_the_check_found_and_reads_back():
     """``UpgradeResult.to_json`` is upgrade.json: the comparison's fields, the derived verdict,
     the selection and candidates, and each optional part only where the check produced it (a
     bisection asked for with nothing to bisect is written as null; a promotion with its
-    constraints file)."""
-    from upgrades.result import UpgradeResult
-
-    base = _report({"a": "passed"})
-    comparison = upgrade_compare.compare(base, _report({"a": "passed"}), CHANGES)
-    bare = UpgradeResult(comparison, selection=["conformance", "-m", "cpu"], candidates=[{"text": "x==1"}],
-                         partial=False).to_json()
-    assert {k: bare[k] for k in ("verdict", "outcome", "passed", "selection", "candidates")} == {
-        "verdict": comparison["verdict"], "outcome": "PASS", "passed": True,
-        "selection": ["conformance", "-m", "cpu"], "candidates": [{"text": "x==1"}]}
-    assert not {"performance", "bisect", "promote", "constraints"} & set(bare)
-    assert bare["versions"] == CHANGES and bare["contract_verdict"] == comparison["contract_verdict"]
-    full = UpgradeResult(comparison, ["conformance", "-m", "cpu"], [], False, performance={"verdict": "PASS",
-                         "passed": True}, bisected=True, promote=["cp a b"], constraints="c.txt").to_json()
-    assert full["performance"] == {"verdict": "PASS", "passed": True} and full["bisect"] is None
-    found = {"environments_built": 2, "attribution": {"a": "x==1"}}
-    assert UpgradeResult(comparison, [], [], True, bisect=found, bisected=True).to_json()["bisect"] == found
-    assert full["promote"] == ["cp a b"] and full["constraints"] == "c.txt"
+    constraints file); ``from_json`` reads every part back."""
+    comparison = upgrade_compare.compare(_report({"a": "passed"}), _report({"a": "passed"}), CHANGES)
+    cand = Candidate(text="x==1", kind="index", name="x", install=("x==1",), version="1")
+    bare = UpgradeResult(comparison, selection=CPU, candidates=(cand,), partial=False)
+    written = json.loads(json.dumps(bare.to_json()))
+    # the format a script reads: the derived verdict's words and outcome beside the parts
+    assert {k: written[k] for k in ("verdict", "outcome", "passed", "selection")} == {
+        "verdict": comparison.verdict.text(), "outcome": "PASS", "passed": True, "selection": list(CPU)}
+    assert not {"performance", "bisect", "promote", "constraints"} & set(written)
+    assert UpgradeResult.from_json(written) == bare
+    full = UpgradeResult(comparison, CPU, (), False, performance=_performance(Finding.PASS), bisected=True,
+                         promote=("cp a b",), constraints="c.txt")
+    full_json = json.loads(json.dumps(full.to_json()))
+    assert full_json["bisect"] is None and full_json["promote"] == ["cp a b"] and full_json["constraints"] == "c.txt"
+    assert UpgradeResult.from_json(full_json) == full
+    found = BisectFindings(environments_built=2, attribution={"a": "x==1"})
+    bisected = UpgradeResult(comparison, (), (), True, bisect=found, bisected=True)
+    assert UpgradeResult.from_json(json.loads(json.dumps(bisected.to_json()))).bisect == found
 
 
 def test_the_contracts_verdict_keeps_every_count_and_says_the_ones_that_decide():
     """The contracts' verdict records the deviations fixed and still holding and the failures'
     owners whatever else happened; its words say problems first, else the fixes, else the
     deviations still holding."""
-    from upgrades.verdict import ContractVerdict, Owner
-
-    failing = upgrade_compare.contract_verdict(["1 newly failing"], [{"owner": "o", "contracts": ["a"]}], 2,
-                                               [{"nodeid": "b"}], 0)
+    failing = upgrade_compare.contract_verdict(["1 newly failing"], [FailureGroup("c", None, "o", ("a",))], 2,
+                                               [HeldDeviation("b")], 0)
     assert (failing.fixed, failing.still_holding, failing.owners) == (2, 1, (Owner("o", 1, 1),))
     assert failing.text() == "FAIL: 1 newly failing (1 in 1 cause(s) o)"
     assert ContractVerdict(fixed=2, still_holding=1).text() == (
@@ -661,12 +666,12 @@ def test_the_performance_sessions_rehearse_on_the_selections_host():
     host: without the host they ran on the default host, another machine than the sessions the
     history's A/A series holds (found by the performance rehearsal: its A/A check stayed
     FIGURES ONLY with a series stored for the pod host)."""
-    assert upgrade.rehearsal_options(["conformance/test_performance.py", "-m", "trn2", "--neuron-dress-rehearsal",
+    assert rehearsal_options(["conformance/test_performance.py", "-m", "trn2", "--neuron-dress-rehearsal",
                                       "--rehearsal-host", "eks-pod-two-cores"]) == [
         "--neuron-dress-rehearsal", "--rehearsal-host", "eks-pod-two-cores"]
-    assert upgrade.rehearsal_options(["--rehearsal-host=pod-with-neighbour", "--neuron-dress-rehearsal", "-q"]) == [
+    assert rehearsal_options(["--rehearsal-host=pod-with-neighbour", "--neuron-dress-rehearsal", "-q"]) == [
         "--rehearsal-host=pod-with-neighbour", "--neuron-dress-rehearsal"]
-    assert upgrade.rehearsal_options(["conformance", "-m", "cpu"]) == []
+    assert rehearsal_options(["conformance", "-m", "cpu"]) == []
 
 
 # Added after mutation testing (round 2, benchmarks/mutation.md): each kills mutants the tests above let survive.
@@ -675,10 +680,10 @@ def test_the_performance_sessions_rehearse_on_the_selections_host():
 def test_the_upgrade_record_counts_no_figure_compared_across_suites():
     """upgrade.json (what a script or a later page reads) says how many figures were compared:
     one where both suites measured it, none, and no figure listed unchanged, across suites."""
-    base, cand = _report({"a": "passed"}), _report({"a": "passed"})
-    base["contracts"][0]["measured"] = cand["contracts"][0]["measured"] = {"step1_loss": 6.262897}
-    same = upgrade_compare.compare(base, cand, CHANGES)
-    assert same["figures_compared"] == 1 and same["measured"] == []
-    base["suite"] = {"assets_recipe": "an earlier round's", "assets_files": "x"}
-    other = upgrade_compare.compare(base, cand, CHANGES)
-    assert other["other_suite"] and other["figures_compared"] == 0 and other["unchanged_figures"] == []
+    cand = with_measured(_report({"a": "passed"}), {"a": {"step1_loss": 6.262897}})
+    same = upgrade_compare.compare(cand, cand, CHANGES)
+    assert same.figures_compared == 1 and same.measured == ()
+    other = with_measured(_report({"a": "passed"}, suite=SuiteIdentity("an earlier round's", "x")),
+                          {"a": {"step1_loss": 6.262897}})
+    different = upgrade_compare.compare(other, cand, CHANGES)
+    assert different.other_suite and different.figures_compared == 0 and different.unchanged_figures == ()

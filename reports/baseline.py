@@ -8,7 +8,6 @@ are part of a baseline), then writes ``reports/baselines/<stack id>.json``.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -24,13 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     report = read_trusted_report(args.run, "not a baseline")
     if report is None:
         return 1
-    tiers = report["platforms"]
-    if len(tiers) != 1:
-        print(f"not a baseline: a baseline covers one tier, this report has {tiers}", file=sys.stderr)
+    if len(report.platforms) != 1:
+        print(f"not a baseline: a baseline covers one tier, this report has {list(report.platforms)}", file=sys.stderr)
         return 1
     target = baseline_for(report)
-    target.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {target} ({len(report['contracts'])} contracts)")
+    report.write(target)
+    print(f"wrote {target} ({len(report.contracts)} contracts)")
     return 0
 
 

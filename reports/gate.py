@@ -12,16 +12,17 @@ contract the baseline does not have that failed. Newly passing contracts and new
 
 from __future__ import annotations
 
-import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fixtures.oracles import performance
+from fixtures.oracles.performance_record import PerformanceRecord
 from fixtures.session.expectations import failed_differently
 from reports.cli import command_parser
 from reports import perf_history
-from reports.pins import read_report
+from reports.session_report import MachineRecord, SessionReport, SuiteIdentity
 
 GOOD = {"passed", "xfailed"}  # xfailed: a known deviation behaving as recorded
 BAD = {"failed", "error", "xpassed"}
@@ -40,7 +41,7 @@ class GateResult:
     baseline_problem: str | None = None  # a baseline of another stack, or none committed
     baseline_stack: str | None = None
     performance: list[str] = field(default_factory=list)  # figures against the baseline's; never fail the gate
-    differently: dict[str, str] = field(default_factory=dict)  # nodeid -> a known deviation failing otherwise
+    differently: Mapping[str, str] = field(default_factory=dict)  # nodeid -> a known deviation failing otherwise
     other_suite: str | None = None  # the baseline was recorded by another suite: no figure compared
     other_machine: str | None = None  # the baseline's figures were computed on other kernel paths
 
@@ -78,29 +79,27 @@ class GateResult:
         return "\n".join(out)
 
 
-def compare(baseline: dict, run: dict, history_root: Path = perf_history.HISTORY) -> GateResult:
-    result = GateResult(incomplete=not run.get("complete", False),
-                        baseline_stack=", ".join(sorted({baseline.get("stack_id", {}).get(t, "?")
-                                                         for t in baseline.get("platforms", [])})) or None)
-    if bool(run.get("rehearsal")) != bool(baseline.get("rehearsal")):
+def compare(baseline: SessionReport, run: SessionReport, history_root: Path = perf_history.HISTORY) -> GateResult:
+    result = GateResult(incomplete=not run.complete,
+                        baseline_stack=", ".join(sorted({baseline.stack_id.get(t, "?")
+                                                         for t in baseline.platforms})) or None)
+    if run.rehearsal != baseline.rehearsal:
         result.evidence_mismatch = (
             "a Neuron dress rehearsal (CPU stand-ins) is not trn2 evidence and cannot be gated "
-            "against a real baseline" if run.get("rehearsal") else
+            "against a real baseline" if run.rehearsal else
             "the baseline is a Neuron dress rehearsal (CPU stand-ins), not evidence for this session")
-    run_stacks = {t: run.get("stack_id", {}).get(t) for t in run.get("platforms", [])}
-    base_stacks = {t: baseline.get("stack_id", {}).get(t) for t in run.get("platforms", [])}
+    run_stacks = run.stacks_of_platforms()
+    base_stacks = {t: baseline.stack_id.get(t) for t in run.platforms}
     if run_stacks != base_stacks:
         names = ", ".join(sorted(filter(None, run_stacks.values()))) or "?"
         result.baseline_problem = (
             f"the baseline belongs to stack {result.baseline_stack or '?'} and this session is "
             f"stack {names}: compare like with like (reports/baselines/{names}.json)")
-    before = baseline["inventory"]["packages"] | {"python": baseline["inventory"]["python"]}
-    after = run["inventory"]["packages"] | {"python": run["inventory"]["python"]}
+    before, after = baseline.inventory.versions, run.inventory.versions
     for name in sorted(set(before) | set(after)):
         if before.get(name) != after.get(name):
             result.drift.append((name, before.get(name), after.get(name)))
-    base = {c["nodeid"]: c["outcome"] for c in baseline["contracts"]}
-    now = {c["nodeid"]: c["outcome"] for c in run["contracts"]}
+    base, now = baseline.outcomes, run.outcomes
     for nodeid, was in sorted(base.items()):
         if nodeid not in now:
             result.missing.append(nodeid)
@@ -110,7 +109,7 @@ def compare(baseline: dict, run: dict, history_root: Path = perf_history.HISTORY
             result.newly_skipped.append(nodeid)
         elif was in BAD and now[nodeid] in GOOD:
             result.newly_passing.append(nodeid)
-    messages = {c["nodeid"]: c.get("message") or "" for c in run["contracts"]}
+    messages = {c.nodeid: c.message or "" for c in run.contracts}
     result.differently = {n: line for n in result.newly_failing if (line := failed_differently(messages.get(n, "")))}
     result.new = [(nodeid, outcome) for nodeid, outcome in sorted(now.items()) if nodeid not in base]
     result.other_suite = other_suite(baseline, run)
@@ -120,56 +119,56 @@ def compare(baseline: dict, run: dict, history_root: Path = perf_history.HISTORY
     return result
 
 
-def history_against(run: dict, root: Path) -> list[str]:
+def history_against(run: SessionReport, root: Path) -> list[str]:
     """The session's performance launch against the stored history of its machine
     (``reports.perf_history``): its oldest and latest trusted stack, so a drift over several
     releases shows where each baseline step hid it. Information, never a gate failure."""
-    machine = (run.get("machine") or {}).get("name")
-    figures = next(iter(_performance_figures(run).values()), None)
-    ranks = (figures or {}).get("ranks") or {}
+    machine = run.machine.name if run.machine else None
+    figures = next(iter(run.performance_figures.values()), None)
+    ranks = figures.ranks if figures else {}
     step = perf_history.launch_step_time(ranks)
     if machine is None or step is None or performance.unmeasured(ranks):
         return []
-    stored = perf_history.load(root, machine, run.get("suite") or {})
+    stored = perf_history.load(root, machine, run.suite or SuiteIdentity())  # none recorded: matches none
     if not stored:
         return [f"no stored history of this suite on {machine} in {root} (python -m upgrades.perf_history)"]
-    return perf_history.against_stored(stored, step[1], max(r["peak_memory_gib"] for r in ranks.values()))
+    return perf_history.against_stored(stored, step[1], max(r.peak_memory_gib for r in ranks.values()))
 
 
 SUITE_FIELDS = perf_history.SUITE_FIELDS
 
 
-def other_suite(baseline: dict, run: dict) -> str | None:
+def other_suite(baseline: SessionReport, run: SessionReport) -> str | None:
     """Why the baseline was measured by another suite (its assets and checkpoints differ, or it
     recorded none), or None. Outcomes are still compared contract by contract; figures are not."""
-    before, after = baseline.get("suite") or {}, run.get("suite") or {}
-    if not before:
+    before, after = baseline.suite, run.suite
+    if before is None:
         return ("the baseline records no suite identity (recorded before suites had one): its figures may "
                 "come from other checkpoints; re-record it (python -m reports.baseline REPORT_DIR)")
-    moved = [f"{name} {before.get(name)} -> {after.get(name)}" for name in SUITE_FIELDS
-             if before.get(name) != after.get(name)]
+    moved = [f"{name} {getattr(before, name)} -> {getattr(after, name, None)}" for name in SUITE_FIELDS
+             if getattr(before, name) != getattr(after, name, None)]
     if moved:
         return ("the baseline was recorded by another suite (" + "; ".join(moved) + "): figures are not compared "
                 "across it; re-record it (python -m reports.baseline REPORT_DIR)")
     return None
 
 
-def other_machine(baseline: dict, run: dict) -> str | None:
+def other_machine(baseline: SessionReport, run: SessionReport) -> str | None:
     """A note where the baseline's figures were computed on other kernel paths
     (``fixtures.tiers.machine``): a newly failing exactness contract may be this machine's."""
-    before, after = baseline.get("machine") or {}, run.get("machine") or {}
-    if before.get("numerics_key") and before.get("numerics_key") == after.get("numerics_key"):
+    before, after = baseline.machine or MachineRecord(), run.machine or MachineRecord()
+    if before.numerics_key and before.numerics_key == after.numerics_key:
         return None
-    return (f"the baseline was computed on {before.get('numerics_label') or 'an unrecorded machine'}, this "
-            f"session on {after.get('numerics_label') or 'an unrecorded machine'}{_machine_difference(before, after)}: "
+    return (f"the baseline was computed on {before.numerics_label or 'an unrecorded machine'}, this "
+            f"session on {after.numerics_label or 'an unrecorded machine'}{_machine_difference(before, after)}: "
             "a contract that newly fails may be this machine's kernel paths, not the stack (the upgrade check asks "
             "the trusted stack here)")
 
 
-def _machine_difference(before: dict, after: dict) -> str:
+def _machine_difference(before: MachineRecord, after: MachineRecord) -> str:
     """What differs between two machine descriptions where their labels alone would not say
     (CPU flags torch's, MKL's or oneDNN's dispatch reads: ``fixtures.tiers.machine.DISPATCH_FLAGS``)."""
-    old, new = before.get("numerics") or {}, after.get("numerics") or {}
+    old, new = before.numerics or {}, after.numerics or {}
     if not old or not new:
         return ""
     parts = []
@@ -186,69 +185,70 @@ def _machine_difference(before: dict, after: dict) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def _performance_figures(report: dict) -> dict[str, dict]:
-    return {c["nodeid"]: json.loads(c["measured"]["performance"]) for c in report.get("contracts", [])
-            if (c.get("measured") or {}).get("performance")}
+def _where(report: SessionReport) -> str:
+    """The machine a report's figures were measured on, as the performance lines name it."""
+    m = report.machine
+    if m is None:
+        return "an unrecorded machine (kernel paths not recorded)"
+    neuron = f", Neuron {dict(m.neuron_versions)}" if m.neuron_versions else ""
+    return f"{m.name or 'an unrecorded machine'} ({m.numerics_label or 'kernel paths not recorded'}{neuron})"
 
 
-def performance_against(baseline: dict, run: dict) -> list[str]:
+def performance_against(baseline: SessionReport, run: SessionReport) -> list[str]:
     """The performance figures against the baseline's: only on the same machine (an absolute
     time from another machine is not comparable, and the line says so). One launch each, so
     the interval holds the spread over steps only: informative, never a gate failure; the
     upgrade check's interleaved launches give the verdict (upgrades.perf_compare)."""
-    before, after = _performance_figures(baseline), _performance_figures(run)
+    before, after = baseline.performance_figures, run.performance_figures
     if not after:
         return []
     if not before:
         return ["the baseline has no performance figures"]
-    def where(report: dict) -> str:
-        m = report.get("machine") or {}
-        neuron = f", Neuron {m['neuron_versions']}" if m.get("neuron_versions") else ""
-        return f"{m.get('name', 'an unrecorded machine')} ({m.get('numerics_label', 'kernel paths not recorded')}{neuron})"
-
-    if where(baseline) != where(run):
-        return [f"not compared: the baseline was measured on {where(baseline)}, this session on {where(run)}: "
+    if _where(baseline) != _where(run):
+        return [f"not compared: the baseline was measured on {_where(baseline)}, this session on {_where(run)}: "
                 "absolute times of two machines are not comparable"]
     lines = []
     for nodeid in sorted(set(before) & set(after)):
-        missing = performance.unmeasured(after[nodeid].get("ranks") or {})
-        if missing:  # the same rule as the upgrade check's: a figure that measured nothing is no figure
-            lines.append(f"{nodeid}: NOT MEASURED: " + "; ".join(missing))
-            continue
-        b, a = before[nodeid]["ranks"].get("0"), after[nodeid]["ranks"].get("0")
-        if not (b and a and b.get("steady_times") and a.get("steady_times")):
-            continue
-        step = performance.compare_step_times_one_launch(tuple(b["steady_times"]), tuple(a["steady_times"]))
-        if b.get("tokens_per_step") and abs(a["tokens_per_step"] - b["tokens_per_step"]) > (
-                performance.TOKENS_RTOL * b["tokens_per_step"]):
-            lines.append(f"{nodeid}: tokens per step {b['tokens_per_step']:.0f} -> {a['tokens_per_step']:.0f} "
-                         "(rank 0): the step does other work, so its time is not comparable")
-            continue
-        lines.append(f"{nodeid}: steady step {step.change()}, peak memory {b['peak_memory_gib']:.4g} -> "
-                     f"{a['peak_memory_gib']:.4g} GiB (one launch each: the launch-to-launch noise is not in "
-                     "this interval; the upgrade check judges)")
+        line = _one_launch_each(nodeid, before[nodeid], after[nodeid])
+        if line is not None:
+            lines.append(line)
     return lines
+
+
+def _one_launch_each(nodeid: str, before: PerformanceRecord, after: PerformanceRecord) -> str | None:
+    """One performance figure against the baseline's, rank 0's (None: nothing to compare)."""
+    missing = performance.unmeasured(after.ranks)
+    if missing:  # the same rule as the upgrade check's: a figure that measured nothing is no figure
+        return f"{nodeid}: NOT MEASURED: " + "; ".join(missing)
+    b, a = before.ranks.get("0"), after.ranks.get("0")
+    if not (b and a and b.steady_times and a.steady_times):
+        return None
+    step = performance.compare_step_times_one_launch(tuple(b.steady_times), tuple(a.steady_times))
+    if b.tokens_per_step and abs(a.tokens_per_step - b.tokens_per_step) > performance.TOKENS_RTOL * b.tokens_per_step:
+        return (f"{nodeid}: tokens per step {b.tokens_per_step:.0f} -> {a.tokens_per_step:.0f} "
+                "(rank 0): the step does other work, so its time is not comparable")
+    return (f"{nodeid}: steady step {step.change()}, peak memory {b.peak_memory_gib:.4g} -> "
+            f"{a.peak_memory_gib:.4g} GiB (one launch each: the launch-to-launch noise is not in "
+            "this interval; the upgrade check judges)")
 
 
 BASELINES = Path(__file__).resolve().parent / "baselines"
 
 
-def baseline_for(report: dict) -> Path:
+def baseline_for(report: SessionReport) -> Path:
     """The committed baseline of the report's stack (one tier per gated session)."""
-    stacks = sorted({report["stack_id"][t] for t in report.get("platforms", [])})
+    stacks = sorted({report.stack_id[t] for t in report.platforms})
     return BASELINES / f"{stacks[0] if len(stacks) == 1 else '+'.join(stacks) or 'no-tier'}.json"
 
 
-def compare_with_file(path: Path, report: dict) -> GateResult:
+def compare_with_file(path: Path, report: SessionReport) -> GateResult:
     """``compare`` with a baseline file; a missing file is a failed gate that says so."""
-    import json
-
     if not path.is_file():
-        result = GateResult(incomplete=not report.get("complete", False))
+        result = GateResult(incomplete=not report.complete)
         result.baseline_problem = (f"no committed baseline at {path}: promote a known-good session of "
                                  "this stack with `python -m reports.baseline REPORT_DIR`")
         return result
-    return compare(json.loads(path.read_text()), report)
+    return compare(SessionReport.load(path), report)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", type=Path, help="a report.json, or the report folder holding it")
     args = parser.parse_args(argv)
 
-    result = compare(read_report(args.baseline), read_report(args.run))
+    result = compare(SessionReport.load(args.baseline), SessionReport.load(args.run))
     print(result.text())
     return 0 if result.ok else 1
 

@@ -11,27 +11,21 @@ Refuses a run with failures, errors or an incomplete report: only a trusted stac
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from reports.cli import command_parser
+from reports.session_report import SessionReport
 
 
 class NotTrusted(RuntimeError):
     pass
 
 
-def read_report(path: Path) -> dict:
-    """A session's report.json, given the file or the report folder holding it."""
-    path = Path(path)
-    return json.loads((path / "report.json" if path.is_dir() else path).read_text())
-
-
-def read_trusted_report(run: Path, refusal: str) -> dict | None:
+def read_trusted_report(run: Path, refusal: str) -> SessionReport | None:
     """The report at ``run`` if its stack is trusted (``trusted``); else None, after saying
     on stderr ``refusal: why``."""
-    report = read_report(run)
+    report = SessionReport.load(run)
     try:
         trusted(report)
     except NotTrusted as exc:
@@ -40,44 +34,44 @@ def read_trusted_report(run: Path, refusal: str) -> dict | None:
     return report
 
 
-def trusted(report: dict) -> None:
-    bad = [c["nodeid"] for c in report["contracts"] if c["outcome"] in ("failed", "error", "xpassed")]
-    if not report.get("complete"):
+def trusted(report: SessionReport) -> None:
+    bad = [c.nodeid for c in report.contracts if c.outcome in ("failed", "error", "xpassed")]
+    if not report.complete:
         raise NotTrusted("the report is incomplete (interrupted session)")
     if bad:
         raise NotTrusted(f"{len(bad)} contracts did not pass, e.g. {bad[0]}")
-    if not report["contracts"]:
+    if not report.contracts:
         raise NotTrusted("the report has no contracts")
-    if report.get("rehearsal"):
+    if report.rehearsal:
         raise NotTrusted("the session was a Neuron dress rehearsal on CPU stand-ins: it is not "
                          "evidence for any stack's versions")
-    inherited = {t: e["file_stack"] for t, e in (report.get("expectations") or {}).items() if e.get("inherited_from")}
+    inherited = {t: e.file_stack for t, e in report.inherited_expectations.items()}
     if inherited:
         raise NotTrusted("the session applied another stack's expectations ("
                          + ", ".join(f"{t}: {s}'s" for t, s in sorted(inherited.items()))
                          + "): write and review the stack's own file first (python -m reports.write_expectations)")
 
 
-def constraints(report: dict) -> str:
-    inv = report["inventory"]
+def constraints(report: SessionReport) -> str:
+    inv = report.inventory
     lines = [
-        f"# Stack that passed every contract in session {report['session']}",
-        f"# python {inv['python']}, torch build: {inv['torch_build']}",
+        f"# Stack that passed every contract in session {report.session}",
+        f"# python {inv.python}, torch build: {inv.torch_build}",
         "# install with: pip install --no-deps -c THIS_FILE <packages>",
     ]
-    lines += [f"{name}=={version}" for name, version in sorted(inv["packages"].items()) if version]
+    lines += [f"{name}=={version}" for name, version in sorted(inv.packages.items()) if version]
     return "\n".join(lines) + "\n"
 
 
-def version_table(report: dict) -> str:
-    inv = report["inventory"]
-    rows = [f"| {name} | {version} |" for name, version in inv["packages"].items() if version]
-    rows.append(f"| python | {inv['python']} |")
-    for name, version in (inv.get("system_packages") or {}).items():
+def version_table(report: SessionReport) -> str:
+    inv = report.inventory
+    rows = [f"| {name} | {version} |" for name, version in inv.packages.items() if version]
+    rows.append(f"| python | {inv.python} |")
+    for name, version in inv.system_packages.items():
         if version:
             rows.append(f"| {name} (system) | {version} |")
-    if inv.get("neuron_driver"):
-        rows.append(f"| neuron driver | {inv['neuron_driver']} |")
+    if inv.neuron_driver:
+        rows.append(f"| neuron driver | {inv.neuron_driver} |")
     return "| package | version |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 

@@ -11,31 +11,30 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from _pytest.junitxml import xml_key
 
 from fixtures import repo
 from fixtures.session import session_state
-from fixtures.session.expectations import expectation_source, own_file_command, tier_stack_id
+from fixtures.session.expectations import own_file_command, tier_stack_id
 from fixtures.runs.result import RunResult
-from fixtures.tiers.tier_profile import cpu_profile
-from fixtures.tiers import machine as machine_numerics
-from fixtures.tiers import stack
 from fixtures.tiers.tier_name import Tier
-from reports import bundle, gate, inventory, neuron_debug, summary
+from reports import bundle, gate, identity, inventory, neuron_debug, summary
+from reports.collector import Collector
+from reports.inventory_record import Inventory
 from reports.layout import run_record_path
 from reports.redact import scrub_text
+from reports.run_record import RunRecord
+from reports.session_report import NotCovered, NotLaunched, PreflightFinding, SessionReport
 
-SCHEMA_VERSION = 1
 REPORT_DIR_ENV = "CONFORMANCE_REPORT_DIR"
 REPORT_DIR = pytest.StashKey[Path]()
-RECORDS = pytest.StashKey[dict]()  # node id -> the contract's record (controller only)
+COLLECTOR = pytest.StashKey[Collector]()  # one record per contract (controller only)
 STARTED = pytest.StashKey[float]()
 # A contract area is a marker whose description in pyproject.toml starts with this.
 AREA_DESCRIPTION_PREFIX = "contracts on "
@@ -93,7 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[REPORT_DIR_ENV] = str(directory)
         if not config.option.xmlpath:
             config.option.xmlpath = str(directory / "junit.xml")
-        config.stash[RECORDS] = {}
+        config.stash[COLLECTOR] = Collector()
         config.stash[STARTED] = time.time()
         _write_report(config, complete=False, exitstatus=None)
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
@@ -111,11 +110,10 @@ def _record_run(config: pytest.Config, result: RunResult) -> None:
     record_path = run_record_path(report_dir(config), result.key)
     record_path.parent.mkdir(exist_ok=True)
     if not record_path.exists():
-        record = result.to_json()
         tmp = record_path.with_name(record_path.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1))
+        tmp.write_text(json.dumps(result.to_json(), indent=1))
         os.replace(tmp, record_path)
-        summary.plot_losses(record, record_path.with_suffix(".png"))
+        summary.plot_losses(result, record_path.with_suffix(".png"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -132,10 +130,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The controller collects one record per test; junit.xml's test suite says whether the
     session is a Neuron dress rehearsal."""
-    from _pytest.junitxml import xml_key
-
     if not _is_worker(session.config):
-        session.config.pluginmanager.register(_Collector(session.config), "conformance-collector")
+        session.config.pluginmanager.register(session.config.stash[COLLECTOR], "conformance-collector")
     trn2 = session_state.trn2_profile(session.config)
     if trn2 is not None and not _is_worker(session.config) and not session.config.getoption("--plan"):
 
@@ -175,165 +171,88 @@ def _scrub_report(report: pytest.TestReport) -> None:
     report.sections = [(title, scrub_text(body, env)) for title, body in report.sections]
 
 
-def _outcome(report: pytest.TestReport) -> str:
-    if hasattr(report, "wasxfail"):
-        return "xfailed" if report.skipped else "xpassed"
-    if report.when != "call" and report.failed:
-        return "error"
-    return report.outcome
-
-
-
-
-class _Collector:
-    """Keeps one record per test from the reports the controller sees."""
-
-    def __init__(self, config: pytest.Config):
-        self.config = config
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        records = self.config.stash[RECORDS]
-        rec = records.setdefault(report.nodeid, {
-            "nodeid": report.nodeid,
-            "outcome": "passed",
-            "duration_s": 0.0,
-            "area": None,
-            "tier": None,
-        })
-        rec["duration_s"] += report.duration
-        outcome = _outcome(report)
-        if report.when == "call":
-            rec["outcome"] = outcome
-        elif outcome != "passed" and rec["outcome"] == "passed":  # setup/teardown
-            rec["outcome"] = outcome
-        if report.failed or outcome in ("skipped", "xfailed"):
-            text = report.longreprtext if report.failed else str(getattr(report, "wasxfail", "")) or report.longreprtext
-            rec["message"] = scrub_text(text[-4000:], dict(os.environ))
-        if outcome == "xfailed" and report.longreprtext:  # the failure itself, beside the recorded reason
-            rec["failure"] = scrub_text(report.longreprtext[-4000:], dict(os.environ))
-        for name, value in report.user_properties:
-            if name == "run":
-                rec.setdefault("runs", [])
-                if value not in rec["runs"]:
-                    rec["runs"].append(value)
-            elif name in ("repro_bundle", "expectation", "tier", "area", "rehearsal"):
-                rec[name] = value
-            else:  # figures a contract measured (record_property): errors, losses, dtypes
-                rec.setdefault("measured", {})[name] = value if isinstance(value, (int, float, bool)) else str(value)
-        if "[" in report.nodeid:
-            rec["parameters"] = report.nodeid.split("[", 1)[1].rstrip("]")
-
-
-def machine(config: pytest.Config) -> dict:
-    """What the performance figures belong to: the trn2 instance type (a rehearsal says it is
-    one), else the CPU model, its logical CPUs and memory (a cpu figure is only comparable on
-    the same machine)."""
-    trn2 = session_state.trn2_profile(config)
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
-        else platform.processor()
-    host = f"{model} x{psutil.cpu_count()}, {psutil.virtual_memory().total / 2**30:.0f} GiB"
-    # the numerics identity (fixtures.tiers.machine): the kernel paths the session's figures
-    # were computed on; a baseline of another key was computed on other paths
-    described = machine_numerics.describe()
-    numerics = {"numerics": described, "numerics_key": machine_numerics.key(described),
-                "numerics_label": machine_numerics.label(described)}
-    if trn2 is not None and trn2.instance:
-        # what a trn2 figure also depends on: the LNC, the cores the session was given, the
-        # Neuron runtime's and driver's versions (a figure of another of these is another machine's)
-        neuron = {"lnc": trn2.lnc, "cores": f"{trn2.first_core}-{trn2.first_core + trn2.nproc_per_node - 1}",
-                  "neuron_versions": {**stack.deb_versions(), "driver": stack.neuron_driver_version()}}
-        return {"name": f"{trn2.instance} LNC={trn2.lnc} cores {neuron['cores']}"
-                        + (" (rehearsal on " + host + ")" if trn2.rehearsal else ""),
-                "instance": trn2.instance, "host": host, **neuron, **numerics}
-    return {"name": host, "host": host, **numerics}
-
-
-def suite_identity(config: pytest.Config) -> dict:
-    """What the suite itself was when it measured: its assets' recipe and files (the tiny
-    checkpoints, tokenizer and dataset every cpu figure comes from), and its contract set. A
-    baseline of another suite measured other things: the gate and the upgrade page compare no
-    figure across it."""
-    import hashlib
-
-    from fixtures.data import assets
-
-    recipe = assets.recipe_key()
-    manifest = session_state.cache_root(config) / "assets" / recipe / "manifest.json"
-    files = json.loads(manifest.read_text())["files"] if manifest.is_file() else None
-    nodeids = sorted(config.stash[RECORDS])
-    return {"assets_recipe": recipe,
-            "assets_files": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
-            if files else None,
-            "contracts": len(nodeids),
-            "contracts_digest": hashlib.sha256("\n".join(nodeids).encode()).hexdigest()[:16]}
-
-
-def _profiles(config: pytest.Config) -> dict:
-
-    out = {"cpu": cpu_profile().describe()}
-    trn2 = session_state.trn2_profile(config)
-    if trn2 is not None:
-        out["trn2"] = trn2.describe()
-    return out
-
-
-def _expectation_sources(config: pytest.Config, tiers) -> dict:
-    """Per tier run: whose expectations file applied (its own, or inherited, and from whom)."""
-    out = {}
-    for tier in sorted(tiers):
-        try:
-            out[tier] = expectation_source(config, tier_stack_id(config, tier)).as_dict()
-        except pytest.UsageError as exc:
-            out[tier] = {"stack": tier_stack_id(config, tier), "how": "none", "error": str(exc)}
-    return out
-
-
-def inherited_note(report: dict) -> str | None:
+def inherited_note(report: SessionReport) -> str | None:
     """The line the gate and the console give a session whose expectations were inherited."""
-    inherited = {t: e for t, e in (report.get("expectations") or {}).items() if e.get("inherited_from")}
+    inherited = report.inherited_expectations
     if not inherited:
         return None
-    return "; ".join(f"{t}: stack {e['stack']} has no expectations file of its own, {e['file_stack']}'s "
+    return "; ".join(f"{t}: stack {e.stack} has no expectations file of its own, {e.file_stack}'s "
                      "were applied: its own deviations are not reviewed yet, so it is not a trusted stack"
                      for t, e in sorted(inherited.items()))
 
 
-def _write_report(config: pytest.Config, complete: bool, exitstatus) -> dict:
+def _session_report(config: pytest.Config, complete: bool, exitstatus) -> SessionReport:
+    """The session's report as it stands: every contract recorded so far, every run used."""
     directory = report_dir(config)
-    run_records = []
-    for path in sorted((directory / "runs").glob("*.json")) if (directory / "runs").exists() else []:
-        run_records.append(json.loads(path.read_text()))
-    report = {
-        "schema_version": SCHEMA_VERSION,
-        "complete": complete,
-        "exitstatus": None if exitstatus is None else int(exitstatus),
-        "session": repo.session_id(),
-        "started_at": config.stash[STARTED],
-        "finished_at": time.time() if complete or exitstatus is not None else None,
-        "platforms": sorted({r["tier"] for r in config.stash[RECORDS].values() if r.get("tier")}),
-        "stack_id": {t: tier_stack_id(config, t) for t in Tier},
-        "expectations": _expectation_sources(config, {r["tier"] for r in config.stash[RECORDS].values()
-                                                      if r.get("tier")}),
-        "rehearsal": session_state.is_rehearsal(config),
-        "machine": machine(config),
-        "suite": suite_identity(config),
-        "platform_profiles": _profiles(config),
-        "not_covered": [n for n in session_state.not_covered(config)
-                        if n["tier"] in {r["tier"] for r in config.stash[RECORDS].values()}],
-        "inventory": inventory.inventory(),
-        "stack_preflight": [{"tier": c.tier.name, **found}
-                            for c in session_state.run_caches(config) for found in c.guards.preflight_results],
-        "not_launched": [{"tier": c.tier.name, **refused}
-                         for c in session_state.run_caches(config) for refused in c.guards.not_launched],
-        "markexpr": config.option.markexpr,
-        "contracts": sorted(config.stash[RECORDS].values(), key=lambda r: r["nodeid"]),
-        "runs": run_records,
-    }
+    runs = [RunRecord.from_json(json.loads(path.read_text()))
+            for path in (sorted((directory / "runs").glob("*.json")) if (directory / "runs").exists() else [])]
+    contracts = sorted(config.stash[COLLECTOR].records.values(), key=lambda r: r.nodeid)
+    tiers = {c.tier for c in contracts if c.tier}
+    caches = session_state.run_caches(config)
+    return SessionReport(
+        complete=complete, exitstatus=None if exitstatus is None else int(exitstatus), session=repo.session_id(),
+        started_at=config.stash[STARTED], finished_at=time.time() if complete or exitstatus is not None else None,
+        platforms=tuple(sorted(tiers)), stack_id={t: tier_stack_id(config, t) for t in Tier},
+        expectations=identity.expectation_sources(config, tiers), rehearsal=session_state.is_rehearsal(config),
+        machine=identity.machine(config), suite=identity.suite_identity(config, (c.nodeid for c in contracts)),
+        platform_profiles=identity.platform_profiles(config),
+        not_covered=tuple(n for n in map(NotCovered.from_json, session_state.not_covered(config)) if n.tier in tiers),
+        inventory=Inventory.from_json(inventory.inventory()),
+        stack_preflight=tuple(PreflightFinding.from_json({"tier": c.tier.name, **found})
+                              for c in caches for found in c.guards.preflight_results),
+        not_launched=tuple(NotLaunched.from_json({"tier": c.tier.name, **refused})
+                           for c in caches for refused in c.guards.not_launched),
+        markexpr=config.option.markexpr, contracts=tuple(contracts), runs=tuple(runs))
+
+
+def _write_report(config: pytest.Config, complete: bool, exitstatus) -> SessionReport:
+    report = _session_report(config, complete, exitstatus)
+    directory = report_dir(config)
     tmp = directory / "report.json.tmp"
-    tmp.write_text(scrub_text(json.dumps(report, indent=1), dict(os.environ)))
+    tmp.write_text(scrub_text(json.dumps(report.to_json(), indent=1), dict(os.environ)))
     os.replace(tmp, directory / "report.json")
     return report
+
+
+def _gate(config: pytest.Config, report: SessionReport) -> tuple[gate.GateResult | None, str | None]:
+    """``--gate-baseline``: the session against its baseline (gate.txt), or why it is not gated."""
+    baseline_path = config.getoption("--gate-baseline")
+    if not baseline_path:
+        return None, None
+    if baseline_path in ("auto", "if-present"):
+        candidate = gate.baseline_for(report)
+        if baseline_path == "if-present" and (report.rehearsal or not candidate.is_file()):
+            why = ("a dress rehearsal is never gated: it is not trn2 evidence" if report.rehearsal
+                   else f"no committed baseline of this stack ({candidate.name})")
+            note = f"gate: not gated, {why}"
+            (report_dir(config) / "gate.txt").write_text(note + "\n")
+            return None, note
+        baseline_path = candidate
+    result = gate.compare_with_file(Path(baseline_path), report)
+    (report_dir(config) / "gate.txt").write_text(result.text())
+    return result, None
+
+
+def _tell(config: pytest.Config, report: SessionReport, gate_result, gate_note, inherited, interrupted) -> None:
+    """The report's folder, what stopped runs, the gate and inherited expectations, on the console."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    size = sum(p.stat().st_size for p in report_dir(config).rglob("*") if p.is_file())
+    state = "complete" if not interrupted else "INCOMPLETE (interrupted)"
+    reporter.write_line("")
+    reporter.write_sep("-", f"conformance report ({state}): {report_dir(config)} ({size / 1e6:.1f} MB)")
+    for found in report.stack_preflight:
+        if not found.ok:
+            reporter.write_line(found.message, red=True)
+    if gate_result is not None:
+        reporter.write_line(gate_result.text(), red=not gate_result.ok, green=gate_result.ok)
+    elif gate_note is not None:
+        reporter.write_line(gate_note)
+    if inherited:
+        reporter.write_line(f"expectations: {inherited}", yellow=True)
+        reporter.write_line(f"write this stack's own file from this session (then review it): "
+                            f"{own_file_command(report_dir(config))}")
 
 
 @pytest.hookimpl(trylast=True)
@@ -343,27 +262,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return  # --plan prints what a session would launch; it runs nothing to report on
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     report = _write_report(config, complete=not interrupted, exitstatus=exitstatus)
-    baseline_path = config.getoption("--gate-baseline")
-    gate_result = None
-    gate_note = None
-    if baseline_path:
-
-        if baseline_path in ("auto", "if-present"):
-            candidate = gate.baseline_for(report)
-            if baseline_path == "if-present" and (report.get("rehearsal") or not candidate.is_file()):
-                why = ("a dress rehearsal is never gated: it is not trn2 evidence" if report.get("rehearsal")
-                       else f"no committed baseline of this stack ({candidate.name})")
-                gate_note = f"gate: not gated, {why}"
-                baseline_path = None
-            else:
-                baseline_path = candidate
-        if baseline_path is not None:
-            gate_result = gate.compare_with_file(Path(baseline_path), report)
-            (report_dir(config) / "gate.txt").write_text(gate_result.text())
-            if not gate_result.ok and session.exitstatus == 0:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        else:
-            (report_dir(config) / "gate.txt").write_text(gate_note + "\n")
+    gate_result, gate_note = _gate(config, report)
+    if gate_result is not None and not gate_result.ok and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     inherited = inherited_note(report)
     if inherited and (report_dir(config) / "gate.txt").exists():
         with open(report_dir(config) / "gate.txt", "a") as f:
@@ -373,20 +274,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         junit.write_text(scrub_text(junit.read_text(), dict(os.environ)))
     text = summary.render(report, gate_result)
     (report_dir(config) / "summary.md").write_text(scrub_text(text, dict(os.environ)))
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        size = sum(p.stat().st_size for p in report_dir(config).rglob("*") if p.is_file())
-        state = "complete" if not interrupted else "INCOMPLETE (interrupted)"
-        reporter.write_line("")
-        reporter.write_sep("-", f"conformance report ({state}): {report_dir(config)} ({size / 1e6:.1f} MB)")
-        for found in report["stack_preflight"]:
-            if not found["ok"]:
-                reporter.write_line(found["message"], red=True)
-        if gate_result is not None:
-            reporter.write_line(gate_result.text(), red=not gate_result.ok, green=gate_result.ok)
-        elif gate_note is not None:
-            reporter.write_line(gate_note)
-        if inherited:
-            reporter.write_line(f"expectations: {inherited}", yellow=True)
-            reporter.write_line(f"write this stack's own file from this session (then review it): "
-                                f"{own_file_command(report_dir(config))}")
+    _tell(config, report, gate_result, gate_note, inherited, interrupted)

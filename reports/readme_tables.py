@@ -16,6 +16,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from fixtures.rank.probes import registry
+from fixtures.rank.probes.spec import specs_of
 from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
 BLOCKS = ("areas", "deviations")
 _AREA = re.compile(r"^(\w+): contracts on (.*)$")
@@ -69,9 +71,6 @@ def deviations_table(root: Path = REPO) -> list[str]:
 def probes_table(root: Path = REPO) -> list[str]:
     """One row per probe file (``fixtures.rank.probes``, registry order), with the contract files
     and harness modules that read it (``probes.<name>`` in their source)."""
-    from fixtures.rank.probes import registry
-    from fixtures.rank.probes.spec import specs_of
-
     readers = [*sorted((root / "conformance").glob("test_*.py")), *sorted((root / "fixtures" / "runs").glob("*.py")),
                *sorted((root / "fixtures" / "data").glob("*.py"))]
     sources = {str(path.relative_to(root)).removeprefix("conformance/"): path.read_text() for path in readers}

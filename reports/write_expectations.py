@@ -16,28 +16,31 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from fixtures.session.expectations import EXPECTATIONS_DIR, LINE_FORMAT, NOT_MEASURED, SIGNATURE_PREFIX, parse
+from fixtures.session.expectations import (EXPECTATIONS_DIR, LINE_FORMAT, NOT_MEASURED, SIGNATURE_PREFIX, Expectation,
+                                           parse)
 from reports.cli import command_parser
-from reports.pins import read_report
+from reports.session_report import ExpectationSourceRecord, SessionReport
 
 
-def file_text(report: dict, tier: str, source: dict, inherited: dict) -> str:
-    contracts = [c for c in report["contracts"] if c.get("tier") == tier]
-    lines = [f"# Known deviations of {source['stack']}, written by reports.write_expectations from session "
-             f"{report['session']}, which inherited {source['file_stack']}'s. Review every line before a "
+def file_text(report: SessionReport, tier: str, source: ExpectationSourceRecord,
+              inherited: Mapping[str, Expectation]) -> str:
+    contracts = [c for c in report.contracts if c.tier == tier]
+    lines = [f"# Known deviations of {source.stack}, written by reports.write_expectations from session "
+             f"{report.session}, which inherited {source.file_stack}'s. Review every line before a "
              "baseline is promoted.", f"# Format: {LINE_FORMAT}"]
-    for c in sorted(contracts, key=lambda c: c["nodeid"]):
-        exp = inherited.get(c["nodeid"])
-        if c["outcome"] == "xfailed" and exp is not None:
+    for c in sorted(contracts, key=lambda c: c.nodeid):
+        exp = inherited.get(c.nodeid)
+        if c.outcome == "xfailed" and exp is not None:
             lines.append(exp.line())  # it held here: failed as recorded, signature included
-        elif c["outcome"] == "xpassed" and exp is not None:
+        elif c.outcome == "xpassed" and exp is not None:
             lines.append(f"# no longer deviates on this stack (XPASS), left out: {exp.nodeid}")
-        elif c["outcome"] in ("failed", "error"):
-            first = next((l.strip() for l in (c.get("message") or "").splitlines() if l.strip().startswith("E ")),
+        elif c.outcome in ("failed", "error"):
+            first = next((l.strip() for l in (c.message or "").splitlines() if l.strip().startswith("E ")),
                          "see the report")
-            lines.append(f"# FAILED on this stack, review (a deviation to record, or a defect): {c['nodeid']} "
+            lines.append(f"# FAILED on this stack, review (a deviation to record, or a defect): {c.nodeid} "
                          f"| {first[:200]}")
     return "\n".join(lines) + "\n"
 
@@ -80,14 +83,14 @@ def signature_of(failure: str) -> str:
     return _readable(first[:80]) if first else NOT_MEASURED
 
 
-def pin(path: Path, reports: list[dict]) -> tuple[str, list[str], list[str]]:
+def pin(path: Path, reports: list[SessionReport]) -> tuple[str, list[str], list[str]]:
     """``path`` with each deviation's signature taken from the first report where it xfailed:
     (the new text, the node ids pinned, those no report saw fail as a deviation)."""
     failures = {}
     for report in reports:
-        for c in report["contracts"]:
-            if c["outcome"] == "xfailed" and c.get("failure") and c["nodeid"] not in failures:
-                failures[c["nodeid"]] = c["failure"]
+        for c in report.contracts:
+            if c.outcome == "xfailed" and c.failure and c.nodeid not in failures:
+                failures[c.nodeid] = c.failure
     expectations = {e.source.rsplit(":", 1)[1]: e for e in parse(path).values()}
     lines, pinned, unseen = [], [], []
     for number, raw in enumerate(path.read_text().splitlines(), start=1):
@@ -104,7 +107,7 @@ def pin(path: Path, reports: list[dict]) -> tuple[str, list[str], list[str]]:
 
 
 def pin_main(args) -> int:
-    reports = [read_report(r) for r in args.reports]
+    reports = [SessionReport.load(r) for r in args.reports]
     text, pinned, unseen = pin(args.pin, reports)
     args.pin.write_text(text)
     print(f"pinned {len(pinned)} deviation(s) of {args.pin.name} to their measured failures")
@@ -124,20 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.pin is not None:
         args.reports = [args.run, *args.reports]
         return pin_main(args)
-    report = read_report(args.run)
-    sources = {t: s for t, s in (report.get("expectations") or {}).items() if s.get("inherited_from")}
+    report = SessionReport.load(args.run)
+    sources = report.inherited_expectations
     if not sources:
         print("write_expectations: the session applied each stack's own expectations; nothing to write",
               file=sys.stderr)
         return 2
-    targets = {tier: args.expectations_dir / f"{source['stack']}.txt" for tier, source in sources.items()}
+    targets = {tier: args.expectations_dir / f"{source.stack}.txt" for tier, source in sources.items()}
     existing = [str(t) for t in targets.values() if t.exists()]
     if existing:
         print(f"write_expectations: {', '.join(existing)} exists; nothing overwritten", file=sys.stderr)
         return 2
     for tier, target in sorted(targets.items()):
         source = sources[tier]
-        target.write_text(file_text(report, tier, source, parse(args.expectations_dir / f"{source['file_stack']}.txt")))
+        target.write_text(file_text(report, tier, source, parse(args.expectations_dir / f"{source.file_stack}.txt")))
         print(f"wrote {target}: review it, then rerun the session on its own expectations")
     return 0
 

@@ -41,18 +41,20 @@ check() {  # check NAME WHEEL [BASELINE_DIR]: one upgrade check of a stand-in re
 }
 expect() {  # expect NAME STATUS FINDING: the finding in the verdict (PASS: alone) and no contract changed
   "$venv/bin/python" - "$out/$1/upgrade.json" "$2" "$3" <<'PY'
-import json, sys
+import sys
+from upgrades.result import UpgradeResult
+from upgrades.verdict import Finding
 path, status, want = sys.argv[1:]
-result = json.load(open(path))
-changed = {c["nodeid"]: c["category"] for c in result["contracts"] if c["category"] != "unchanged"}
-perf = result["performance"]
-print(f"trn2 performance rehearsal, {path}: {result['verdict']}")
-for c in perf["comparisons"]:
-    print(f"  {c['figure']}: {c['change']}{' (flagged)' if c['flagged'] else ''}")
-found = perf["findings"]
-ok = found == [want] if want in ("PASS", "FIGURES ONLY") else want in found
-if changed or not ok or (status == "0") != perf["passed"]:
-    sys.exit(f"expected no contract change and performance {want}; got {changed}, {perf['verdict']} (exit {status})")
+result = UpgradeResult.read(path)
+changed = {c.nodeid: c.category for c in result.comparison.contracts if c.category != "unchanged"}
+perf = result.performance.verdict
+print(f"trn2 performance rehearsal, {path}: {result.verdict.text()}")
+for c in perf.comparisons:
+    print(f"  {c.figure}: {c.change()}{' (flagged)' if c.flagged else ''}")
+found = perf.findings
+ok = found == (Finding(want),) if want in ("PASS", "FIGURES ONLY") else Finding(want) in found
+if changed or not ok or (status == "0") != perf.passed:
+    sys.exit(f"expected no contract change and performance {want}; got {changed}, {perf.label} (exit {status})")
 PY
 }
 status=$(check figures-only "$(wheel rehearsal.aa-relabelled)"); expect figures-only "$status" "FIGURES ONLY"

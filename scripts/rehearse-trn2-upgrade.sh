@@ -31,14 +31,15 @@ status=0
   --out "$out" --performance-launches 0 "${baseline[@]}" \
   -- conformance -m "trn2 and not slow" --neuron-dress-rehearsal "${host[@]}" || status=$?
 "$venv/bin/python" - "$out/upgrade.json" "$status" <<'PY'
-import json, sys
-result = json.load(open(sys.argv[1]))
-changed = {c["nodeid"]: c["category"] for c in result["contracts"] if c["category"] != "unchanged"}
+import sys
+from upgrades.result import UpgradeResult
+result = UpgradeResult.read(sys.argv[1])
+changed = {c.nodeid: c.category for c in result.comparison.contracts if c.category != "unchanged"}
 want = {"conformance/test_rope.py::test_kernel_rejects_bad_seq_len_itself[trn2]": "newly failing"}
-print(f"trn2 upgrade rehearsal: {result['verdict']}")
+print(f"trn2 upgrade rehearsal: {result.verdict.text()}")
 if changed != want or sys.argv[2] != "1":
     sys.exit(f"trn2 upgrade rehearsal: expected exactly {want} (upgrade exit 1), got {changed} (exit {sys.argv[2]})")
-owners = [g["owner"] for g in result["groups"]]
+owners = [g.owner for g in result.comparison.groups]
 if len(owners) != 1 or "suite" in owners[0]:
     sys.exit(f"trn2 upgrade rehearsal: the one cause must be the candidate's behaviour, got {owners}")
 print("trn2 upgrade rehearsal: the changed stand-in behaviour was flagged, and only it")

@@ -26,11 +26,16 @@ import shutil
 import subprocess
 import tarfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from upgrades import candidate_env
 from upgrades.candidates import Candidate
+from upgrades.console import say as tell
+from upgrades.sessions import run_suite, trusted_stack_id
+from upgrades.stacks import REPO, STACKS
 
 # The files of a torchtitan tree a wheel is built from (as ../shared/wheels/README.md says).
 PACKAGE_FILES = {"torchtitan": ("torchtitan", "torchtitan_recipes", "assets", "pyproject.toml", "README.md", "LICENSE"),
@@ -50,7 +55,7 @@ class RangeError(ValueError):
     """A range or repository the bisection cannot use (one line, exit 2)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Commit:
     sha: str
     date: str
@@ -61,13 +66,67 @@ class Commit:
         return self.sha[:9]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tried:
+    """One commit built and run (or why not): its contracts' outcomes and its wall time."""
+
     commit: Commit
     status: str  # "tested", "build failed", "import failed"
     detail: str = ""
-    outcomes: dict[str, str] = field(default_factory=dict)
+    outcomes: Mapping[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
+
+    def to_json(self, contracts: list[str]) -> Mapping[str, Any]:
+        """As bisect.json keeps it: the outcomes of ``contracts`` only."""
+        return {**asdict(self), "outcomes": {n: o for n, o in self.outcomes.items() if n in contracts}}
+
+
+@dataclass(frozen=True)
+class Flip:
+    """The first commit that flips ``contracts`` away from the good end's outcomes, and the
+    skipped commits before it that could be it."""
+
+    commit: Commit
+    contracts: tuple[str, ...]
+    outcomes: Mapping[str, str | None]
+    could_be_any_of_skipped: tuple[str, ...] = ()
+
+    def to_json(self) -> Mapping[str, Any]:
+        return {"commit": asdict(self.commit), "contracts": list(self.contracts), "outcomes": dict(self.outcomes),
+                "could_be_any_of_skipped": list(self.could_be_any_of_skipped)}
+
+
+@dataclass(frozen=True)
+class BisectedRange:
+    """The whole bisection of a range (``bisect.json``): what changed between its ends, each
+    first bad commit, and every build tried."""
+
+    package: str
+    range: str
+    repository: str
+    stack: str
+    selection: tuple[str, ...]
+    commits: int
+    changed: tuple[str, ...]
+    good_outcomes: Mapping[str, str | None]
+    flips: tuple[Flip, ...]
+    tried: tuple[Tried, ...]
+    wall_s: float
+
+    @property
+    def builds(self) -> int:
+        return len(self.tried)
+
+    @property
+    def skipped(self) -> int:
+        return sum(1 for t in self.tried if t.status != "tested")
+
+    def to_json(self) -> Mapping[str, Any]:
+        return {"package": self.package, "range": self.range, "repository": self.repository, "stack": self.stack,
+                "selection": list(self.selection), "commits": self.commits, "changed": list(self.changed),
+                "good_outcomes": dict(self.good_outcomes), "bisect": {"flips": [f.to_json() for f in self.flips]},
+                "builds": self.builds, "skipped": self.skipped, "wall_s": self.wall_s,
+                "tried": [t.to_json(list(self.changed)) for t in self.tried]}
 
 
 def git(repo: Path, *args: str) -> str:
@@ -127,7 +186,7 @@ class BuildFailed(RuntimeError):
     pass
 
 
-def differs(outcomes: dict[str, str], reference: dict[str, str], contracts: list[str]) -> list[str]:
+def differs(outcomes: Mapping[str, str], reference: Mapping[str, str], contracts: list[str]) -> list[str]:
     return [n for n in contracts if outcomes.get(n) != reference.get(n)]
 
 
@@ -138,9 +197,9 @@ def _pick(lo: int, hi: int, skipped: set[int]) -> int | None:
     return min(options, key=lambda i: (abs(i - middle), i)) if options else None
 
 
-def bisect(commits: list[Commit], test, contracts: list[str], good: dict[str, str], say=print) -> dict:
+def bisect(commits: list[Commit], test, contracts: list[str], good: Mapping[str, str], say=print) -> tuple[Flip, ...]:
     """The first commits flipping ``contracts`` away from ``good``'s outcomes. ``test(i)`` ->
-    Tried for commit ``i`` (cached by the caller). Returns {"flips": [...], "ambiguous": [...]}."""
+    Tried for commit ``i`` (cached by the caller)."""
     flips, remaining, lo = [], list(contracts), 0
     hi_end = len(commits) - 1
     while remaining:
@@ -161,41 +220,39 @@ def bisect(commits: list[Commit], test, contracts: list[str], good: dict[str, st
         at = test(hi_i)
         flipped = differs(at.outcomes, good, remaining)
         between = [commits[j].short for j in sorted(skipped) if lo_i < j < hi_i]
-        flips.append({"commit": asdict(commits[hi_i]), "contracts": flipped,
-                      "outcomes": {n: at.outcomes.get(n) for n in flipped},
-                      "could_be_any_of_skipped": between})
+        flips.append(Flip(commits[hi_i], tuple(flipped), {n: at.outcomes.get(n) for n in flipped}, tuple(between)))
         remaining = [n for n in remaining if n not in flipped]
         if not flipped:  # the far end itself does not differ: nothing more to find
             break
         lo = hi_i
-    return {"flips": flips}
+    return tuple(flips)
 
 
-def render(result: dict) -> str:
-    lines = [f"# Bisect: {result['package']} {result['range']}", "",
-             f"Repository: `{result['repository']}`; {result['commits']} commits on the first-parent line; "
-             f"stack `{result['stack']}`; selection `pytest {' '.join(result['selection'])}`.", "",
-             f"**Cost: {result['builds']} builds ({result['skipped']} skipped), {result['wall_s'] / 60:.1f} min.**", ""]
-    if not result["changed"]:
+def render(result: BisectedRange) -> str:
+    lines = [f"# Bisect: {result.package} {result.range}", "",
+             f"Repository: `{result.repository}`; {result.commits} commits on the first-parent line; "
+             f"stack `{result.stack}`; selection `pytest {' '.join(result.selection)}`.", "",
+             f"**Cost: {result.builds} builds ({result.skipped} skipped), {result.wall_s / 60:.1f} min.**", ""]
+    if not result.changed:
         lines.append("No contract of the selection changed outcome between the two ends: nothing to bisect.")
-    for flip in result["bisect"].get("flips", []):
-        c = flip["commit"]
-        lines += [f"## First bad commit: `{c['sha'][:9]}` ({c['date'][:10]}) {c['subject']}", ""]
-        if flip["could_be_any_of_skipped"]:
-            lines.append(f"It or one of the skipped commits before it: {', '.join(flip['could_be_any_of_skipped'])}.")
-        lines += [f"- `{n}`: {result['good_outcomes'].get(n)} -> {o}" for n, o in flip["outcomes"].items()]
+    for flip in result.flips:
+        c = flip.commit
+        lines += [f"## First bad commit: `{c.short}` ({c.date[:10]}) {c.subject}", ""]
+        if flip.could_be_any_of_skipped:
+            lines.append(f"It or one of the skipped commits before it: {', '.join(flip.could_be_any_of_skipped)}.")
+        lines += [f"- `{n}`: {result.good_outcomes.get(n)} -> {o}" for n, o in flip.outcomes.items()]
         lines.append("")
     lines += ["## Builds", "", "| commit | date | subject | result |", "|---|---|---|---|"]
-    for t in result["tried"]:
-        c = t["commit"]
-        what = t["status"] if t["status"] != "tested" else ", ".join(
-            f"{n.split('::')[-1]} {o}" for n, o in sorted(t["outcomes"].items()) if n in result["changed"]) or "tested"
-        lines.append(f"| `{c['sha'][:9]}` | {c['date'][:10]} | {c['subject'][:70]} | {what} |")
+    for t in result.tried:
+        c = t.commit
+        what = t.status if t.status != "tested" else ", ".join(
+            f"{n.split('::')[-1]} {o}" for n, o in sorted(t.outcomes.items()) if n in result.changed) or "tested"
+        lines.append(f"| `{c.short}` | {c.date[:10]} | {c.subject[:70]} | {what} |")
     return "\n".join(lines) + "\n"
 
 
-def run(stack, package: str, repo: Path, range_text: str, selection: list[str], out: Path,
-        run_suite, inherit: list[str], say=print, options=None) -> dict:
+def bisect_range(stack, package: str, repo: Path, range_text: str, selection: list[str], out: Path,
+                 run_suite, inherit: list[str], say=print, options=None) -> BisectedRange:
     """The whole bisection (see the module docstring); ``run_suite(env, report_dir, args)`` runs
     pytest in a candidate environment and returns its report. ``options``: how each build is
     installed (default ``--no-deps``; with dependencies where the range changes them)."""
@@ -206,7 +263,7 @@ def run(stack, package: str, repo: Path, range_text: str, selection: list[str], 
     good, bad = parse_range(range_text)
     commits = commits_between(repo, good, bad)
     started = time.monotonic()
-    tried: dict[int, Tried] = {}
+    tried = {}  # commit index -> Tried
     python = stack.venv / "bin" / "python"
     options = options or candidate_env.InstallOptions(no_deps=True)
 
@@ -229,30 +286,51 @@ def run(stack, package: str, repo: Path, range_text: str, selection: list[str], 
             tried[i] = Tried(commit, "import failed", proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "",
                              wall_s=time.monotonic() - t0)
             return tried[i]
-        report = run_suite(env, out / "reports" / commit.short, (contracts or state["contracts"]) + inherit)
-        tried[i] = Tried(commit, "tested", outcomes={c["nodeid"]: c["outcome"] for c in report["contracts"]},
+        report = run_suite(env, out / "reports" / commit.short, (contracts or asked) + inherit)
+        tried[i] = Tried(commit, "tested", outcomes=dict(report.outcomes),
                          wall_s=time.monotonic() - t0)
         return tried[i]
 
-    state = {"contracts": list(selection)}
+    asked = list(selection)
     ends = [test(0), test(len(commits) - 1)]
     for end in ends:
         if end.status != "tested":
             raise RangeError(f"the range's end {end.commit.short} cannot be tested ({end.status}: {end.detail})")
     changed = sorted(n for n in set(ends[0].outcomes) | set(ends[1].outcomes)
                      if ends[0].outcomes.get(n) != ends[1].outcomes.get(n))
-    state["contracts"] = changed
-    result_bisect = bisect(commits, test, changed, ends[0].outcomes, say=say) if changed else {"flips": []}
-    result = {
-        "package": package, "range": range_text, "repository": repository_name(repo), "stack": stack.name,
-        "selection": selection, "commits": len(commits), "changed": changed,
-        "good_outcomes": {n: ends[0].outcomes.get(n) for n in changed},
-        "bisect": result_bisect,
-        "builds": len(tried), "skipped": sum(1 for t in tried.values() if t.status != "tested"),
-        "wall_s": time.monotonic() - started,
-        "tried": [{**asdict(t), "outcomes": {n: o for n, o in t.outcomes.items() if n in changed}}
-                  for _, t in sorted(tried.items())],
-    }
-    (out / "bisect.json").write_text(json.dumps(result, indent=1) + "\n")
+    asked = changed  # the later builds run only the contracts to explain
+    flips = bisect(commits, test, changed, ends[0].outcomes, say=say) if changed else ()
+    result = BisectedRange(package=package, range=range_text, repository=repository_name(repo), stack=stack.name,
+                           selection=tuple(selection), commits=len(commits), changed=tuple(changed),
+                           good_outcomes={n: ends[0].outcomes.get(n) for n in changed}, flips=flips,
+                           tried=tuple(t for _, t in sorted(tried.items())), wall_s=time.monotonic() - started)
+    (out / "bisect.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
     (out / "bisect.md").write_text(render(result))
     return result
+
+
+def bisect_command(request) -> int:
+    """``python -m upgrades --bisect-commits PACKAGE GOOD..BAD`` (``upgrades.cli.Request``): the
+    bisection, its page, and the first bad commits on the terminal."""
+    args = request.args
+    package, range_text = args.bisect_commits
+    stack = STACKS[args.stack]
+    if args.git_repo is None:
+        tell("upgrade: --bisect-commits needs --git-repo (a clone holding the range)")
+        return 2
+    out = (args.out or REPO / "reports" / "out" / "bisect" / f"{package}-{range_text.replace('..', '-')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        options = (candidate_env.InstallOptions(no_deps=False, index_options=request.options.index_options)
+                   if args.bisect_with_deps else None)
+        result = bisect_range(stack, package, args.git_repo.resolve(), range_text, request.selection, out, run_suite,
+                              ["--inherit-expectations", trusted_stack_id(stack)], say=tell, options=options)
+    except RangeError as exc:
+        tell(f"upgrade: {exc}")
+        return 2
+    for flip in result.flips:
+        c = flip.commit
+        tell(f"upgrade: first bad commit {c.short} ({c.date[:10]}) {c.subject}: {len(flip.contracts)} contract(s)")
+    tell(f"upgrade: {result.builds} builds ({result.skipped} skipped) in {result.wall_s / 60:.1f} min; "
+         f"wrote {out / 'bisect.md'}")
+    return 0

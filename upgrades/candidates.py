@@ -23,8 +23,10 @@ import json
 import re
 import subprocess
 import tomllib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -57,7 +59,7 @@ class Candidate:
                  "checkout": "local checkout, editable"}[self.kind]
         return " ".join(bits) + f" [{where}]"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Mapping[str, Any]:
         return asdict(self)
 
 

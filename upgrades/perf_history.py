@@ -15,35 +15,37 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import statistics
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from fixtures.oracles import performance
 from fixtures.tiers.tier_name import Tier
 from reports import perf_history as history
-from reports.perf_history import HISTORY, Entry, load, machine_folder
-from upgrades import perf_compare
+from reports.perf_history import HISTORY, Entry, StackHistory, load, machine_folder
+from reports.session_report import MachineRecord
+from upgrades import perf_compare, perf_launch
+from upgrades.perf_launch import Launch
 from upgrades.stacks import REPO
 
 
-def entry_of(launch: perf_compare.Launch, source: str) -> Entry | None:
+def entry_of(launch: Launch, source: str) -> Entry | None:
     """A launch as a history entry; None where it measured nothing a comparison can rest on
     (``perf_compare.measurement_problems``) or its machine was busy (its step time is another
     machine's): such a session is not stored."""
     if launch.report is None or perf_compare.measurement_problems([launch], paired=False) or perf_compare.busy(launch):
         return None
-    ranks = launch.figures["ranks"]
-    return Entry(stack=launch.stack_id, recorded_at=_iso(launch.report.get("finished_at")),
-                 session=launch.report.get("session") or launch.report_dir.name, source=source,
+    return Entry(stack=launch.stack_id, recorded_at=_iso(launch.report.finished_at),
+                 session=launch.report.session or launch.report_dir.name, source=source,
                  step_time_s=statistics.median(launch.steady_times), slowest_rank=str(launch.slowest_rank),
-                 rank_step_time_s={r: f["step_time_s"] for r, f in sorted(ranks.items())},
+                 rank_step_time_s={r: f.step_time_s for r, f in sorted(launch.ranks.items())},
                  peak_memory_gib=launch.peak_gib, tokens_per_step=launch.tokens_per_step,
-                 machine_load=launch.machine_load, suite=launch.report.get("suite"))
+                 machine_load=launch.machine_load, suite=launch.report.suite)
 
 
 def _iso(finished_at) -> str:
@@ -54,13 +56,13 @@ def _iso(finished_at) -> str:
     return when.isoformat(timespec="seconds")
 
 
-def add(root: Path, launches: list[perf_compare.Launch], source: str) -> list[Entry]:
+def add(root: Path, launches: Sequence[Launch], source: str) -> list[Entry]:
     """Store each storable launch under its machine and stack (``reports.perf_history``);
     returns what was stored. A session already stored is not stored twice."""
     stored = []
     for launch in launches:
         entry = entry_of(launch, source)
-        if entry is not None and history.store(root, launch.report.get("machine") or {"name": launch.machine_name},
+        if entry is not None and history.store(root, launch.report.machine or MachineRecord(name=launch.machine_name),
                                                entry):
             stored.append(entry)
     return stored
@@ -83,8 +85,38 @@ class AgainstStored:
     step: performance.Comparison
     peak: performance.Comparison
 
+    def to_json(self) -> Mapping[str, Any]:
+        return {"role": self.role, "stack": self.stack, "sessions": self.sessions, "step": self.step.to_json(),
+                "peak": self.peak.to_json()}
 
-def against_history(stored: dict[str, list[Entry]], candidate: list[perf_compare.Launch],
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgainstStored:
+        return cls(role=data["role"], stack=data["stack"], sessions=data["sessions"], first="", last="",
+                   step=performance.Comparison.from_json(data["step"]),
+                   peak=performance.Comparison.from_json(data["peak"]))
+
+
+@dataclass(frozen=True)
+class HistoryComparison:
+    """What upgrade.json keeps of the history section: the machine, the candidate against its
+    oldest and latest stored stack, and how many trusted sessions the check stored."""
+
+    machine: str
+    against: tuple[AgainstStored, ...] = ()
+    stored: int = 0
+
+    def to_json(self) -> Mapping[str, Any]:
+        return {"machine": self.machine, "against": [r.to_json() for r in self.against], "stored": self.stored}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HistoryComparison | None:
+        if not data:
+            return None
+        return cls(machine=data["machine"], against=tuple(AgainstStored.from_json(r) for r in data["against"]),
+                   stored=data["stored"])
+
+
+def against_history(stored: Mapping[str, list[Entry]], candidate: Sequence[Launch],
                     policy: performance.PerfPolicy) -> list[AgainstStored]:
     """The candidate against the oldest and the latest stored stack (one row when they are the
     same), each by the launch test of ``fixtures.oracles.performance`` (two sessions a side)."""
@@ -123,7 +155,7 @@ def largest_split_change(values: list[float]) -> float:
     return worst
 
 
-def aa_policy(stake: performance.PerfPolicy, stored: dict[str, list[Entry]], machine: str,
+def aa_policy(stake: performance.PerfPolicy, stored: Mapping[str, list[Entry]], machine: str,
               stack: str | None = None) -> performance.PerfPolicy | None:
     """The tier's thresholds from an A/A series of this machine (``record``'s sessions or the
     trusted sessions of earlier checks): of ``stack`` where it has ``AA_MIN_LAUNCHES`` sessions,
@@ -146,7 +178,7 @@ def aa_policy(stake: performance.PerfPolicy, stored: dict[str, list[Entry]], mac
 # ----------------------------------------------------------------------------- the page
 
 
-def draw(stored: dict[str, list[Entry]], launches: list[perf_compare.Launch], path: Path) -> Path | None:
+def draw(stored: Mapping[str, list[Entry]], launches: Sequence[Launch], path: Path) -> Path | None:
     """Step time per session across the stored stacks, then this check's launches (trusted and
     candidate), as a PNG at ``path``; None where matplotlib cannot be imported."""
     try:
@@ -180,7 +212,7 @@ def draw(stored: dict[str, list[Entry]], launches: list[perf_compare.Launch], pa
     return path
 
 
-def render(rows: list[AgainstStored], stored: dict[str, list[Entry]], machine: str, picture: Path | None,
+def render(rows: Sequence[AgainstStored], stored: Mapping[str, list[Entry]], machine: str, picture: Path | None,
            page_dir: Path, added: list[Entry]) -> list[str]:
     """The page's history section."""
     lines = ["### Against the stored history of this machine", "",
@@ -206,22 +238,20 @@ def render(rows: list[AgainstStored], stored: dict[str, list[Entry]], machine: s
     return lines
 
 
-def history_lines(root: Path, launches: list[perf_compare.Launch], policy: performance.PerfPolicy,
-                  page_dir: Path, source: str) -> tuple[list[str], dict]:
+def history_lines(root: Path, launches: Sequence[Launch], policy: performance.PerfPolicy,
+                  page_dir: Path, source: str) -> tuple[list[str], HistoryComparison | None]:
     """Compare the candidate with the stored history (before this check's sessions are added),
     then store the trusted launches; the page's lines and upgrade.json's figures."""
     machine = next((l.machine_name for l in launches if l.report is not None), None)
     if machine is None:
-        return [], {}
-    suite = next(l.report.get("suite") for l in launches if l.report is not None)
+        return [], None
+    suite = next(l.report.suite for l in launches if l.report is not None)
     stored = load(root, machine, suite)
     rows = against_history(stored, [l for l in launches if l.stack == "candidate"], policy)
     picture = draw(stored, launches, page_dir / "perf-history.png")
     added = add(root, [l for l in launches if l.stack == "trusted"], source)
     lines = render(rows, stored, machine, picture, page_dir, added)
-    return lines, {"machine": machine, "against": [{"role": r.role, "stack": r.stack, "sessions": r.sessions,
-                                                    "step": r.step.to_json(), "peak": r.peak.to_json()} for r in rows],
-                   "stored": len(added)}
+    return lines, HistoryComparison(machine, tuple(rows), len(added))
 
 
 # ----------------------------------------------------------------------------- commands
@@ -233,7 +263,7 @@ def record(python: Path, tier: Tier, launches: int, root: Path, extra: list[str]
     for index in range(launches):
         report_dir = out / f"record-{index + 1}"
         print(f"perf_history: session {index + 1} of {launches}", file=sys.stderr, flush=True)
-        launch = perf_compare.run_session("trusted", python, tier, report_dir, extra, cwd=REPO)
+        launch = perf_launch.run_session("trusted", python, tier, report_dir, extra, cwd=REPO)
         stored = add(root, [launch], "record")
         if not stored:
             problems = perf_compare.measurement_problems([launch], paired=False) + [perf_compare.busy(launch) or ""]
@@ -248,9 +278,9 @@ def show(root: Path, machine: str | None) -> int:
     folders = [root / machine_folder(machine)] if machine else sorted(p for p in root.glob("*") if p.is_dir())
     for folder in folders:
         for path in sorted(folder.glob("*.json")):
-            data = json.loads(path.read_text())
-            times = [s["step_time_s"] for s in data["sessions"]]
-            print(f"{data['machine'].get('name')}: {data['stack']}: {len(times)} sessions, median step "
+            stored = StackHistory.read(path)
+            times = [s.step_time_s for s in stored.sessions]
+            print(f"{stored.machine.name}: {stored.stack}: {len(times)} sessions, median step "
                   f"{statistics.median(times):.4f} s" if times else f"{path}: no session")
     return 0
 
@@ -272,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "show":
         return show(args.history, args.machine)
     if args.command == "add":
-        launches = [perf_compare.read_launch("trusted", p.parent if p.name == "report.json" else p)
+        launches = [perf_launch.read_launch("trusted", p.parent if p.name == "report.json" else p)
                     for p in args.reports]
         stored = add(args.history, launches, "add")
         print(f"perf_history: stored {len(stored)} of {len(launches)} sessions under {args.history}")

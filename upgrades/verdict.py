@@ -6,13 +6,35 @@ No step edits another's words: each part is a field, and ``text`` is the one pla
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Outcome(StrEnum):
     PASS = "PASS"
     FAIL = "FAIL"
+
+
+class Finding(StrEnum):
+    """One word of a performance verdict (``upgrades.perf_compare``); a verdict is PASS, NOT
+    MEASURED, FIGURES ONLY, or its findings in this order (LARGER and INCONCLUSIVE: memory
+    flagged, step time undecided). Pages write them joined with "+" (``label``)."""
+
+    PASS = "PASS"
+    SLOWER = "SLOWER"
+    SLOWER_COMPILE = "SLOWER COMPILE"  # the first step on a cold compile cache
+    LARGER = "LARGER"
+    LEAKING = "LEAKING"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    NOT_MEASURED = "NOT MEASURED"
+    FIGURES_ONLY = "FIGURES ONLY"  # the tier's thresholds are not measured on this host type: no verdict
+
+
+def label(findings: tuple[Finding, ...]) -> str:
+    """A performance verdict's findings as the pages write them: "LARGER+INCONCLUSIVE"."""
+    return "+".join(findings)
 
 
 @dataclass(frozen=True)
@@ -61,22 +83,22 @@ class ContractVerdict:
     def text(self) -> str:
         return f"{Outcome.PASS if self.passed else Outcome.FAIL}{self.body()}"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Mapping[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> ContractVerdict:
+    def from_json(cls, data: Mapping[str, Any]) -> ContractVerdict:
         return cls(problems=tuple(data["problems"]), owners=tuple(Owner(**o) for o in data["owners"]),
                    fixed=data["fixed"], still_holding=data["still_holding"], fail_here_too=data["fail_here_too"])
 
 
 @dataclass(frozen=True)
 class UpgradeVerdict:
-    """The whole check: the contracts, the performance verdict (None: not run), and the
-    selection when it was not the whole tier (then the result is never a promotion)."""
+    """The whole check: the contracts, the performance verdict's findings (None: not run), and
+    the selection when it was not the whole tier (then the result is never a promotion)."""
 
     contracts: ContractVerdict
-    performance: str | None = None
+    performance: tuple[Finding, ...] | None = None
     performance_passed: bool = True
     partial_selection: tuple[str, ...] | None = None
 
@@ -89,13 +111,14 @@ class UpgradeVerdict:
         return self.outcome is Outcome.PASS
 
     def text(self) -> str:
+        performance = label(self.performance or ())
         if self.contracts.passed and not self.performance_passed:
-            text = f"{Outcome.FAIL} (performance {self.performance}){self.contracts.body()}"
+            text = f"{Outcome.FAIL} (performance {performance}){self.contracts.body()}"
         else:
             text = self.contracts.text()
             if not self.performance_passed:
-                text += f"; performance {self.performance}"
-        if self.performance == "FIGURES ONLY":
+                text += f"; performance {performance}"
+        if self.performance == (Finding.FIGURES_ONLY,):
             text += "; performance not judged (figures only: no A/A series of this host type)"
         if self.partial_selection is not None:
             text += f" (on the selection `pytest {' '.join(self.partial_selection)}`; not a promotion)"
