@@ -22,7 +22,8 @@ DEVICE_4 = {"4": [16, 17, 18, 19]}  # the pod's device as neuron-ls numbers its 
 
 
 def _host_env(tmp_path, neighbour_cores: list[int]) -> dict[str, str]:
-    host = {**rehearsal.load_host("pod-with-neighbour"), "neighbour": {"cores": neighbour_cores}}
+    host = {**json.loads((rehearsal.HOSTS_DIR / "pod-with-neighbour.json").read_text()),
+            "neighbour": {"cores": neighbour_cores}}
     path = tmp_path / "host.json"
     path.write_text(json.dumps(host))
     return rehearsal_env.clean_env(

@@ -9,14 +9,17 @@ see README "What has run where" for the launch measured at full size)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fixtures.tiers import rehearsal
+from fixtures.tiers.rehearsal_host import HostExpectations, RehearsalHost, UnknownHostKey
 from meta_tests import rehearsal_env
 from reports.session_report import SessionReport
 
@@ -37,15 +40,43 @@ def test_the_matrix_has_the_hosts_users_have():
     assert {"trn2.48xlarge", "trn2n.48xlarge", "trn2u.48xlarge", "trn2.3xlarge", "container-subset",
             "lnc-disagreement", "older-tools", "tools-off-path", "tools-2.22", "pod-with-neighbour",
             "virtual-core-size", "lnc-file"} <= set(HOSTS)
-    for name in HOSTS:
-        host = rehearsal.load_host(name)
-        assert host["sources"] and host["expect"], name
-    # when the stand-in runtime reserves its cores is ASSUMED: the matrix holds both sides
-    reserve_at = {rehearsal.load_host(name).get("reserve_at", "import") for name in HOSTS}
-    assert reserve_at == {"import", "first_use"}, reserve_at
+    hosts = {name: rehearsal.load_host(name) for name in HOSTS}  # an unknown key is refused here
+    for name, host in hosts.items():
+        assert host.sources and host.expect != HostExpectations(), name
+    # what the docs leave open, the matrix holds on both sides: when the stand-in runtime
+    # reserves its cores, and whether the stand-in driver numbers sysfs cores logically
+    assert {h.reserve_at for h in hosts.values()} == {"import", "first_use"}
+    assert {h.sysfs_cores for h in hosts.values()} == {"logical", "physical"}
     # one host plans the write-up's model on paper, and its plan refuses some runs (not all)
-    paper = [name for name in HOSTS if rehearsal.load_host(name).get("model_on_paper")]
-    assert paper and all(rehearsal.load_host(name)["expect"].get("paper_refused") for name in paper), paper
+    paper = [h for h in hosts.values() if h.model_on_paper]
+    assert paper and all(h.expect.paper_refused for h in paper), paper
+
+
+def test_a_host_file_with_an_unknown_key_is_refused(tmp_path):
+    """A misspelt key would be ignored and the host take the default side silently: refused,
+    naming it; so is a value outside a key's choices."""
+    good = json.loads((rehearsal.HOSTS_DIR / "trn2.3xlarge.json").read_text())
+    with pytest.raises(UnknownHostKey, match="unknown key.*reserve_after"):
+        RehearsalHost.from_json({**good, "reserve_after": "first_use"}, "x.json")
+    with pytest.raises(UnknownHostKey, match="expect.rank"):
+        RehearsalHost.from_json({**good, "expect": {"rank": 4}}, "x.json")
+    with pytest.raises(UnknownHostKey, match="sysfs_cores 'both' is not one of logical, physical"):
+        RehearsalHost.from_json({**good, "sysfs_cores": "both"}, "x.json")
+
+
+def test_the_standins_default_host_is_the_default_host_file():
+    """The stand-ins read the files as plain JSON (they import nothing of the suite), with a
+    default host for a process given none: it is trn2.3xlarge's file, key for key, and every key
+    it has is one the host type knows."""
+    sys.path.insert(0, str(rehearsal.STANDIN_ROOT / "aws-neuronx-tools"))
+    try:
+        from neuronx_tools import cores
+    finally:
+        sys.path.pop(0)
+    default = rehearsal.load_host(rehearsal.DEFAULT_HOST)
+    assert set(cores.DEFAULT_HOST) <= {f.name for f in dataclasses.fields(RehearsalHost)}
+    for key, value in cores.DEFAULT_HOST.items():
+        assert getattr(default, key) == (tuple(value) if isinstance(value, list) else value), key
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +89,9 @@ def host_sessions(tmp_path_factory) -> dict[str, dict[str, subprocess.CompletedP
     folders = {host: tmp_path_factory.mktemp(host) for host in HOSTS}
 
     def both(host: str) -> dict:
-        expect = rehearsal.load_host(host)["expect"]
+        expect = rehearsal.load_host(host).expect
         out = {"plan": _session(folders[host], host, "--plan"), "folder": folders[host]}
-        if "usage_error" not in expect:
+        if expect.usage_error is None:
             out["run"] = _session(folders[host], host, "-q")
         return out
 
@@ -74,26 +105,26 @@ def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sess
     on a host whose shell lacks it) and prints every launch with the host's rank count, and the topology contracts
     that launch nothing pass there (the pytest process holds no core, as neuron-ls sees it);
     a host the suite must refuse stops with the usage error its file names."""
-    expect = rehearsal.load_host(host)["expect"]
+    expect = rehearsal.load_host(host).expect
     plan = host_sessions[host]["plan"]
     out = plan.stdout + plan.stderr
-    if "usage_error" in expect:
+    if expect.usage_error is not None:
         assert plan.returncode == pytest.ExitCode.USAGE_ERROR, out
-        assert expect["usage_error"] in out, out
+        assert expect.usage_error in out, out
         return
     assert plan.returncode == 0, out
-    where = expect.get("neuron_ls_where", "on PATH (")
+    where = expect.neuron_ls_where or "on PATH ("
     assert re.search(rf"^neuron-ls: .*{re.escape(where)}", out, re.M), f"neuron-ls not found {where}:\n{out}"
-    if "lnc_source" in expect:
-        assert re.search(rf"^LNC \d set by: .*{re.escape(expect['lnc_source'])}", out, re.M), out
+    if expect.lnc_source is not None:
+        assert re.search(rf"^LNC \d set by: .*{re.escape(expect.lnc_source)}", out, re.M), out
     ranks = {int(n) for n in re.findall(r"(\d+) ranks", out)}
-    assert expect["ranks"] in ranks, f"no launch of {expect['ranks']} ranks in the plan:\n{out}"
-    if "paper_refused" in expect:  # the host's model on paper (model_on_paper), without --trn2-model-dir
+    assert expect.ranks in ranks, f"no launch of {expect.ranks} ranks in the plan:\n{out}"
+    if expect.paper_refused:  # the host's model on paper (model_on_paper), without --trn2-model-dir
         assert re.search(r"^memory per rank of \S+ ON PAPER .* 24 GiB a logical core:$", out, re.M), out
         refused = re.search(r"^memory: (\d+) of (\d+) launches do not fit and would be refused before launch: (.*)$",
                             out, re.M)
         assert refused, f"the plan on paper refuses nothing:\n{out}"
-        assert refused.group(3).split(", ") == expect["paper_refused"], refused.group(0)
+        assert tuple(refused.group(3).split(", ")) == expect.paper_refused, refused.group(0)
         assert int(refused.group(1)) < int(refused.group(2)), refused.group(0)  # refused some, planned the rest
     run = host_sessions[host]["run"]
     out = run.stdout + run.stderr
@@ -101,7 +132,7 @@ def test_a_rehearsal_on_the_host_plans_and_runs_its_topology_contracts(host_sess
     assert re.search(r"\b[1-9]\d* passed", out), out
     report = SessionReport.load(host_sessions[host]["folder"] / "report")
     assert report.rehearsal is True
-    first, last = expect["first_core"], expect["first_core"] + expect["ranks"] - 1
+    first, last = expect.first_core, expect.first_core + expect.ranks - 1
     assert f"cores {first}-{last}" in report.platform_profiles["trn2"], report.platform_profiles["trn2"]
 
 

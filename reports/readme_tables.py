@@ -1,7 +1,8 @@
 """The docs' generated tables: in README.md the contract areas (from the area markers in
 ``pyproject.toml`` and the contract files that carry them) and the known deviations (from the
 expectation files, one column per stack); in ``docs/extending.md`` the probes (from
-``fixtures.rank.probes.registry`` and the contract files that read them). Never written by hand:
+``fixtures.rank.probes.registry`` and the contract files that read them) and the keys of a
+rehearsal host file (``fixtures.tiers.rehearsal_host``). Never written by hand:
 
     python -m reports.readme_tables            # prints every block
     python -m reports.readme_tables --write    # rewrites them in their files, between their markers
@@ -19,6 +20,7 @@ from pathlib import Path
 from fixtures.rank.probes import registry
 from fixtures.rank.probes.spec import specs_of
 from fixtures.repo import REPO_ROOT as REPO  # noqa: E402
+from fixtures.tiers import rehearsal_host
 BLOCKS = ("areas", "deviations")
 _AREA = re.compile(r"^(\w+): contracts on (.*)$")
 _MARK = re.compile(r"pytestmark\s*=\s*\[?\s*pytest\.mark\.(\w+)")
@@ -89,8 +91,16 @@ def blocks(root: Path = REPO) -> dict[str, list[str]]:
     return {"areas": areas_table(root), "deviations": deviations_table(root)}
 
 
+def host_keys_table(root: Path = REPO) -> list[str]:
+    """One row per key of a rehearsal host file (``fixtures.tiers.rehearsal_host``: the type that
+    reads them and refuses any other key)."""
+    lines = ["| key | default | what it is |", "|---|---|---|"]
+    lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in rehearsal_host.key_rows()]
+    return lines
+
+
 # Generated blocks of files other than README.md.
-DOC_BLOCKS = {"docs/extending.md": lambda root: {"probes": probes_table(root)}}
+DOC_BLOCKS = {"docs/extending.md": lambda root: {"probes": probes_table(root), "host-keys": host_keys_table(root)}}
 
 
 def _markers(name: str) -> tuple[str, str]:
