@@ -530,11 +530,11 @@ def test_the_runtimes_execution_timeout_is_set_and_said(tmp_path, monkeypatch):
     monkeypatch.delenv(tier_profile.EXEC_TIMEOUT_ENV, raising=False)
     tier = tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path))
     assert dict(tier.rank_env)[tier_profile.EXEC_TIMEOUT_ENV] == "120"
-    assert "NEURON_RT_EXEC_TIMEOUT=120 s (set by the suite" in tier_profile.exec_timeout_line(tier)
+    assert "NEURON_RT_EXEC_TIMEOUT=120 s (set by the suite" in tier_profile.exec_timeout_line(dict(tier.rank_env), tier.timeouts.compile_s)
     monkeypatch.setenv(tier_profile.EXEC_TIMEOUT_ENV, "900")
     mine = tier_profile.trn2_profile("trn2.48xlarge", 2, qwen3_4b.model_folder(tmp_path))
     assert dict(mine.rank_env)[tier_profile.EXEC_TIMEOUT_ENV] == "900"
-    assert "NEURON_RT_EXEC_TIMEOUT=900 s (the user's own)" in tier_profile.exec_timeout_line(mine)
+    assert "NEURON_RT_EXEC_TIMEOUT=900 s (the user's own)" in tier_profile.exec_timeout_line(dict(mine.rank_env), mine.timeouts.compile_s)
     assert tier_profile.EXEC_TIMEOUT_ENV not in dict(tier_profile.cpu_profile().rank_env)
 
 
