@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.launch import launch_processes, launcher
+from fixtures.launch.backends import slurm_job
 from fixtures.runs import plan
 
 pytestmark = [pytest.mark.meta, pytest.mark.slow]
@@ -160,23 +161,28 @@ def test_multi_node_lines_share_one_rendezvous(tmp_path):
 
 def test_slurm_script_runs_one_agent_per_node():
     script = plan.slurm_script(4, 64, ["-m", "torchtitan.train", "--module", "m", "--config", "c"])
-    assert "#SBATCH --nodes=4" in script and "srun --nodes=4 --ntasks-per-node=1" in script
-    assert 'export RDZV_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
-    assert '--rdzv_endpoint "$RDZV_HOST:29500" --rdzv_id "$SLURM_JOB_ID"' in script
-    assert "--nnodes=4 --nproc_per_node=64 --rdzv_backend c10d" in script
-    assert "-m torchtitan.train --module m --config c" in script
+    assert "#SBATCH --nodes=4" in script and "srun --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=1" in script
+    assert 'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
+    assert "RDZV_PORT=29500" in script and 'argv[$i]="$RDZV_HOST:$RDZV_PORT"' in script
+    lines = [l for l in script.splitlines() if l.strip().startswith(tuple(f"{r})" for r in range(4)))]
+    assert len(lines) == 4
+    for r, line in enumerate(lines):
+        assert (f"--nproc_per_node=64 --rdzv_backend c10d --rdzv_endpoint {slurm_job.RDZV_ENDPOINT} "
+                f"--local-ranks-filter 0 --role rank --tee 3 --nnodes=4 --node_rank={r} "
+                f"--rdzv_id {slurm_job.SLURM_JOB_ID}") in line, line
+        assert line.endswith("-m torchtitan.train --module m --config c) ;;"), line
 
 
 def _standin_slurm_tools(tmp_path: Path) -> Path:
     """A folder with stand-ins for ``scontrol`` (the node list is this host) and ``srun`` (one
-    copy of the command per node, here, at once, each writing node<i>.log)."""
+    copy of the command per node, here, at once, each with its SLURM_NODEID and writing node<i>.log)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text("#!/bin/sh\necho localhost\n")
     (bin_dir / "srun").write_text(
         "#!/usr/bin/env bash\n"
         "n=1; while [[ $1 == --* ]]; do [[ $1 == --nodes=* ]] && n=${1#--nodes=}; shift; done\n"
-        "for i in $(seq 1 $n); do \"$@\" > node$i.log 2>&1 & done\nwait\n")
+        "for i in $(seq 1 $n); do SLURM_NODEID=$((i - 1)) \"$@\" > node$i.log 2>&1 & done\nwait\n")
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)
     return bin_dir
@@ -193,8 +199,8 @@ def _run_slurm_job(tmp_path: Path, script_text: str, env: dict[str, str]) -> str
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
-    logs = "".join((tmp_path / f"node{i}.log").read_text() for i in (1, 2))
-    assert proc.returncode == 0, proc.stderr + logs
+    logs = "".join(p.read_text() for p in sorted(tmp_path.glob("node*.log")))
+    assert proc.returncode == 0, f"the job script exited {proc.returncode}:\n{proc.stderr}{logs}"
     return logs
 
 
@@ -219,8 +225,8 @@ def test_slurm_script_pins_each_ranks_core_before_its_interpreter_on_trn2():
     core; the cpu form stays the write-up's line."""
     entry = ["-m", "torchtitan.train", "--module", "m", "--config", "c"]
     script = plan.slurm_script(4, 64, entry, first_core=0)
-    line = next(l for l in script.splitlines() if l.startswith("srun "))
-    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0 torchrun --nnodes=4" in line, line
+    assert "  export TORCH_DEVICE_BACKEND_AUTOLOAD=0" in script
+    line = next(l for l in script.splitlines() if l.strip().startswith("0)"))
     wrapper = f"--no-python {plan.RANK_WRAPPER} --core-base 0 --autoload "
     assert wrapper in line, line
     assert line.index(wrapper) < line.index(f"{sys.executable} -m torchtitan.train --module m --config c"), line
@@ -250,3 +256,25 @@ def test_slurm_script_trn2_ranks_get_their_cores_under_standin_srun(tmp_path):
                           env)
     ranks = sorted(f.read_text() for f in out.iterdir())
     assert ranks == [f"rank {r} core {16 + r % 2} autoload unset" for r in range(4)], logs
+
+
+def test_slurm_script_keeps_an_argument_with_a_space_or_a_glob_whole(tmp_path):
+    """issue 53 defect 5: every argument of the launch reaches the rank as one word, whatever it
+    holds: a folder with a space (``--dump_folder '/fsx/my runs'``) and an override pattern with
+    a glob (``layers.1[0-9].*``) are not split or expanded on the way through ``srun``."""
+    import json
+    import os
+
+    bin_dir = _standin_slurm_tools(tmp_path)
+    out = tmp_path / "argv"
+    program = tmp_path / "argv.py"
+    program.write_text("import json, os, sys\n"
+                       "open(os.path.join(os.environ['ARGV_OUT'], os.environ['RANK']), 'w').write(json.dumps(sys.argv[1:]))\n")
+    out.mkdir()
+    (tmp_path / "layers.10.x").write_text("")  # a file the glob would match if a shell expanded it
+    args = ["--dump_folder", "/fsx/my runs", "--fqns", "layers.1[0-9].*", "it's", "$HOME"]
+    env = dict(os.environ, PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+               SLURM_JOB_ID="4244", SLURM_JOB_NODELIST="localhost", ARGV_OUT=str(out))
+    logs = _run_slurm_job(tmp_path, plan.slurm_script(2, 1, [str(program), *args], port=launcher.free_port()), env)
+    seen = {f.name: json.loads(f.read_text()) for f in out.iterdir()}
+    assert seen == {"0": args, "1": args}, logs
