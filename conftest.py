@@ -12,6 +12,7 @@ from fixtures.repo import WRITEUP_MODULES_DIR  # noqa: E402
 sys.path.insert(0, str(WRITEUP_MODULES_DIR))
 
 pytest_plugins = [
+    "fixtures.session.launcher_options",
     "fixtures.session.plugin",
     "fixtures.session.expectations",
     "fixtures.session.run_fixtures",

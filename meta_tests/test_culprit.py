@@ -284,7 +284,7 @@ def test_the_root_cause_is_the_verdicts_culprit_and_reads_back_from_its_record(t
            "torchrun_first_observed": 1}
     read = culprit.RootCause.from_dict(old)
     assert (read.rank, read.message, read.how()) == (1, None, "signal SIGABRT")
-    assert read.to_dict() == {**old, "message": None}
+    assert read.to_dict() == {**old, "message": None, "node": None, "host": None}
 
 
 # ----------------------------------------------------------------------------- added after mutation testing (round 3)
