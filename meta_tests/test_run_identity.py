@@ -165,3 +165,44 @@ def test_the_kernel_path_is_worked_out_as_torch_chooses_it(value):
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     inferred, torchs = out.stdout.split()
     assert inferred == torchs
+
+
+def test_the_suites_own_test_tools_leave_the_environment_digest_as_it_was(monkeypatch):
+    """A venv with the dev extra (the EKS manifests' validator) keys its runs as one without:
+    ``DEV_ONLY_DISTRIBUTIONS`` is left out of the digest, and it is exactly what the dev extra
+    pulls in that nothing else installed requires (so no rank-side package hides there)."""
+    import importlib.metadata as md
+    import re
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from fixtures.repo import REPO_ROOT
+    from fixtures.tiers import stack
+
+    installed = {canonicalize_name(d.metadata["Name"]): d for d in md.distributions()}
+
+    def closure(names):
+        seen, todo = set(), [canonicalize_name(n) for n in names]
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in installed:
+                continue
+            seen.add(name)
+            for line in installed[name].requires or []:
+                req = Requirement(line)
+                if req.marker is None or req.marker.evaluate({"extra": ""}):
+                    todo.append(canonicalize_name(req.name))
+        return seen
+
+    dev = [re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0] for r in
+           tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]]
+    assert all(canonicalize_name(n) in installed for n in dev), f"the dev extra is not installed here: {dev}"
+    only_dev = closure(dev) - closure(set(installed) - closure(dev))
+    assert only_dev == stack.DEV_ONLY_DISTRIBUTIONS, only_dev
+    with_tools = stack.environment_digest()
+    monkeypatch.setattr(md, "distributions", lambda: [d for d in installed.values()
+                                                      if canonicalize_name(d.metadata["Name"]) not in only_dev])
+    monkeypatch.setattr(stack.metadata, "distributions", md.distributions)
+    assert stack.environment_digest() == with_tools

@@ -109,7 +109,7 @@ mapfile -t stack_pins < <("$PYTHON" -m fixtures.tiers.pins --only torch transfor
 # (and the nvidia wheels) from local disk. The constraints pin every transitive package.
 "${pip[@]}" -c "$constraints" "${stack_pins[0]}" nvidia-nvjitlink cuda-pathfinder
 case "$STACK" in
-  titan-0.3.0|titan-0.3.0-py312) "${pip[@]}" -c "$constraints" -e ".[cpu]" ;;
+  titan-0.3.0|titan-0.3.0-py312) "${pip[@]}" -c "$constraints" -e ".[cpu,dev]" ;;
   # torchtitan's own dependencies resolve under the constraints (spmd_types 0.2.1 there).
   titan-5059f32|titan-b5bcd76)
                  "${pip[@]}" -c "$constraints" -e . "${stack_pins[@]}" "$titan_src" ;;
