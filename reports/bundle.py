@@ -7,8 +7,11 @@
   env.json            the environment, secret-like values redacted (names kept)
   inventory.json      the stack inventory
   runs/<key>/         per training run the test used: command.sh (the exact torchrun line
-                      with the environment it added), resolved_config.json (torchtitan's
-                      own dump of the resolved config), the log tail of every rank
+                      with the environment it added; one line per node on several nodes),
+                      resolved_config.json (torchtitan's own dump of the resolved config), the
+                      log tail of every rank; on several nodes or through a scheduler also
+                      nodes.json (back end, job id, each node's host, ranks and console) and each
+                      node's console tail; from Slurm the job script it submitted (job.sh)
 Every text written is scrubbed of secret values first.
 """
 
@@ -95,6 +98,20 @@ def rerun_script(item: pytest.Item, trn2) -> str:
             f"{tier_args} -p no:xdist --hypothesis-profile {profile}\n")
 
 
+def _write_nodes(out: Path, launch, write) -> None:
+    """Where a launch over several nodes (or through a scheduler) ran: its back end, job, each
+    node's host, global ranks and console (tail), and the Slurm job script as submitted."""
+    write(out / "nodes.json", json.dumps({
+        "launcher": launch.launcher, "job_id": launch.job_id, "scheduler_end": launch.scheduler_end,
+        "nodes": [{"node": r, "host": host, "ranks": launch.node_ranks.get(r), "console": console}
+                  for r, (host, console) in enumerate(zip(launch.hosts, launch.node_consoles))]}, indent=1))
+    for r, console in enumerate(launch.node_consoles):
+        write(out / f"node{r}.console.tail.log", _tail(Path(console)))
+    job_script = Path(launch.console_log).parent / "job.sh"
+    if launch.job_id is not None and job_script.exists():
+        write(out / "job.sh", job_script.read_text())
+
+
 def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport,
                  session_started: float = 0.0) -> Path:
     env = dict(os.environ)
@@ -132,7 +149,10 @@ def write_bundle(report_dir: Path, item: pytest.Item, report: pytest.TestReport,
             write(out / "MISSING.txt", f"no run record at {record}\n")
             continue
         results.append(result)
-        write(out / "command.sh", result.command + "\n")
+        launch = result.launch
+        write(out / "command.sh", "\n".join(launch.node_commands if launch.nnodes > 1 else [result.command]) + "\n")
+        if launch.nnodes > 1 or launch.launcher != "local":
+            _write_nodes(out, launch, write)
         resolved = result.dump_dir / RESOLVED_CONFIG
         if resolved.exists():
             write(out / RESOLVED_CONFIG, resolved.read_text())

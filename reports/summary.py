@@ -88,7 +88,27 @@ def _runs_section(report: SessionReport) -> list[str]:
             ])
         lines += _table(["run", "steps", "first loss", "last loss", "wall s", "status", "compile cache", "curve"], rows)
         lines.append("")
+    lines += _nodes_section(report)
     return lines
+
+
+def _nodes_section(report: SessionReport) -> list[str]:
+    """The runs launched over several nodes or through a scheduler: back end, job, and per node
+    its host and global ranks (a failure's culprit names its node too). These are the launch's
+    words as written (``LaunchRecord.rest``: ``LaunchOutcome.to_dict``'s hosts, launcher, job)."""
+    rows = []
+    for r in report.runs:
+        launch = r.launch.rest
+        hosts = launch.get("hosts") or []
+        if len(hosts) < 2 and launch.get("launcher", "local") == "local":
+            continue
+        ranks = launch.get("node_ranks") or {}
+        rows.append([f"`{r.description}`", launch.get("launcher", "local"), launch.get("job_id") or "-",
+                     "; ".join(f"node {i}: {h} ranks {ranks.get(str(i), '?')}" for i, h in enumerate(hosts)),
+                     launch.get("scheduler_end") or _run_status(r)])
+    if not rows:
+        return []
+    return ["## Runs over several nodes", ""] + _table(["run", "launcher", "job", "nodes", "end"], rows) + [""]
 
 
 def _run_status(run: RunRecord) -> str:

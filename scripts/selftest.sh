@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Set up the venvs (if needed) and run the suite's own tests:
-#   1. meta_tests/ (two xdist workers, one test file each at a time; among them the trn2
+#   1. meta_tests/ but the Slurm back end's (two xdist workers, one test file each at a time; among them the trn2
 #      install on Python 3.12, online then offline, meta_tests/test_install_trn2.py, about
 #      45 s, and a native and an hf_backend launch on the rehearsal host pod-with-neighbour,
 #      meta_tests/test_rehearsal_hosts.py, about 60 s), then the cpu tier on
-#      the reference stack (torchtitan 0.3.0, .venv) alone on the machine;
+#      the reference stack (torchtitan 0.3.0, .venv) alone on the machine, then the Slurm stage
+#      (scripts/selftest-slurm.sh: a private Slurm of two nodes on this machine, the cpu tier's
+#      two-node contracts through it and the Slurm back end's meta tests; it fails, saying how to
+#      install them, where slurm-wlm and munge are missing: .ci/run installs them);
 #   2. the cpu tier on the fork's-vintage stack (torchtitan main at 5059f32c5,
 #      .venv-titan-5059f32): every contract its expectations file names, the override and
 #      versions areas, and one contract per other area (scripts/5059f32-sample.txt), against
@@ -57,7 +60,7 @@ py312_venv_build=$!
 # The meta tests run two files at a time: most of their time is spent waiting on the
 # sessions and launches they start (meta_tests/test_sessions.py attributes each file a
 # session writes to that session, so a concurrent writer is not counted as its own).
-"$venv/bin/python" -m pytest meta_tests -m meta -n 2 --dist loadfile --report-dir reports/out/selftest-meta "$@"
+"$venv/bin/python" -m pytest meta_tests -m "meta and not slurm" -n 2 --dist loadfile --report-dir reports/out/selftest-meta "$@"
 meta=$?
 echo "selftest: meta tests done after ${SECONDS} s"
 if ! wait "$more_venvs"; then
@@ -70,6 +73,11 @@ echo "selftest: the Python 3.12 rehearsal venv built (or failed: step 5 says) af
 "$venv/bin/python" -m pytest conformance -m cpu --report-dir reports/out/selftest "$@"
 first=$?
 echo "selftest: the cpu tier (torchtitan 0.3.0) done after ${SECONDS} s"
+# The Slurm stage: the cpu tier's two-node contracts through a real Slurm started here (a
+# controller and two nodes on this machine), the Slurm back end's meta tests, the cluster stopped.
+bash scripts/selftest-slurm.sh "$venv" "$@"
+slurm=$?
+echo "selftest: the Slurm stage done after ${SECONDS} s"
 fork_venv=$(cat reports/out/selftest-venv-5059f32.path)
 newer_venv=$(cat reports/out/selftest-venv-b5bcd76.path)
 echo "selftest: the torchtitan-main venvs ready ($fork_venv, $newer_venv)"
@@ -118,12 +126,13 @@ echo "selftest: the rehearsal on the fork's vintage (5059f32c5) done after ${SEC
 bash scripts/rehearse-py312.sh "$REHEARSAL_HOST" "$@"
 py312=$?
 echo "selftest: the rehearsal's cheap contracts on Python 3.12 done after ${SECONDS} s"
-echo "selftest: meta tests exit ${meta}; cpu tier exit ${first}; the 5059f32c5 sample exit ${second};" \
+echo "selftest: meta tests exit ${meta}; cpu tier exit ${first}; the Slurm stage exit ${slurm};" \
+     "the 5059f32c5 sample exit ${second};" \
      "one contract per area on torchtitan b5bcd76c6 exit ${newer}; the exactness contracts under $other kernels" \
      "exit ${matrix}; Neuron dress rehearsal and trn2 upgrade rehearsal exit ${third};" \
      "the rehearsal on the fork's vintage exit ${fork_rehearsal};" \
      "the rehearsal's cheap contracts on Python 3.12 exit ${py312}"
-for status in "$meta" "$first" "$second" "$newer" "$matrix" "$third" "$fork_rehearsal" "$py312"; do
+for status in "$meta" "$first" "$slurm" "$second" "$newer" "$matrix" "$third" "$fork_rehearsal" "$py312"; do
   if [ "$status" -ne 0 ]; then exit "$status"; fi
 done
 exit 0
