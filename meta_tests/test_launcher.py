@@ -175,14 +175,15 @@ def test_slurm_script_runs_one_agent_per_node():
 
 def _standin_slurm_tools(tmp_path: Path) -> Path:
     """A folder with stand-ins for ``scontrol`` (the node list is this host) and ``srun`` (one
-    copy of the command per node, here, at once, each with its SLURM_NODEID and writing node<i>.log)."""
+    copy of the command per node, here, at once, each with its SLURM_NODEID and SLURM_PROCID (one task a
+    node) and writing node<i>.log)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text("#!/bin/sh\necho localhost\n")
     (bin_dir / "srun").write_text(
         "#!/usr/bin/env bash\n"
         "n=1; while [[ $1 == --* ]]; do [[ $1 == --nodes=* ]] && n=${1#--nodes=}; shift; done\n"
-        "for i in $(seq 1 $n); do SLURM_NODEID=$((i - 1)) \"$@\" > node$i.log 2>&1 & done\nwait\n")
+        "for i in $(seq 1 $n); do SLURM_NODEID=$((i - 1)) SLURM_PROCID=$((i - 1)) \"$@\" > node$i.log 2>&1 & done\nwait\n")
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)
     return bin_dir

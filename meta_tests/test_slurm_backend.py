@@ -119,6 +119,23 @@ def test_a_quoted_argument_with_a_space_or_a_glob_reaches_every_rank_whole(clust
     _nothing_left(outcome)
 
 
+def test_several_agents_a_node_each_run_their_own_line(cluster, tmp_path):
+    """One torchrun agent a rank (``CorePinning.AGENT_PER_RANK``) on a cluster: 4 agents of one
+    rank over the 2 nodes, two Slurm tasks a node, each task running its own line (by
+    SLURM_PROCID) into one world of 4, each agent's host recorded."""
+    backend = slurm.SlurmBackend()
+    argvs = [plan.torchrun_argv(1, [str(PROGRAMS / "ok.py")], tmp_path / "logs" / f"node{r}",
+                                plan.NodeLayout(nnodes=4, node_rank=r, rdzv_endpoint=backend.rendezvous_endpoint(4),
+                                                rdzv_id="agents"))
+             for r in range(4)]
+    outcome = backend.launch(argvs, tmp_path, {}, 120, nproc_per_node=1, nnodes=2)
+    assert outcome.ok, launcher.describe_failure(outcome)
+    assert [h.split(" ")[0] for h in outcome.hosts] == ["n1", "n1", "n2", "n2"]
+    assert sorted(r for ranks in outcome.node_ranks.values() for r in ranks) == [0, 1, 2, 3]
+    assert "#SBATCH --ntasks-per-node=2" in (tmp_path / "slurm" / "job.sh").read_text()
+    _nothing_left(outcome)
+
+
 def _kill_node_step(job_id: str, node: str, launch_id: str) -> list[int]:
     """SIGKILL every process of the job's step on ``node`` (its task, agent and ranks), as a node
     that dies: found by their environment (SLURMD_NODENAME, SLURM_JOB_ID and the launch's tag)."""
