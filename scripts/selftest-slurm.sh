@@ -6,7 +6,9 @@
 #      clean exit of that run;
 #   2. the Slurm back end's meta tests (meta_tests/test_slurm_backend.py: a node whose job step is
 #      killed mid-run, a job Slurm cancels, a hung launch, a node that cannot see the shared folder,
-#      arguments with spaces and globs);
+#      arguments with spaces and globs, several agents a node);
+#   3. with REHEARSAL_VENV set, the trn2 tier's two-node contracts in the Neuron dress rehearsal
+#      (CPU stand-ins: CPU evidence only) through the same cluster, on the host REHEARSAL_HOST;
 # and the cluster stopped, nothing of it left running. Without Slurm installed this fails saying
 # how to install it (a skipped stage would be a silent green).
 #
@@ -31,6 +33,16 @@ eval "$conf"  # export SLURM_CONF=...
 contracts=$?
 "$venv/bin/python" -m pytest meta_tests -m "meta and slurm" --report-dir reports/out/selftest-slurm-meta "$@"
 meta=$?
-echo "selftest: the Slurm stage: two-node contracts through Slurm exit $contracts; Slurm back end meta tests exit $meta"
-if [ "$contracts" -ne 0 ]; then exit "$contracts"; fi
-exit "$meta"
+rehearsal=0
+if [ -n "${REHEARSAL_VENV:-}" ]; then
+  "$REHEARSAL_VENV/bin/python" -m pytest conformance -m trn2 -k two_nodes --neuron-dress-rehearsal \
+    --rehearsal-host "${REHEARSAL_HOST:-eks-pod-two-cores}" --launcher slurm --fresh-runs \
+    --report-dir reports/out/selftest-slurm-rehearsal "$@"
+  rehearsal=$?
+fi
+echo "selftest: the Slurm stage: two-node contracts through Slurm exit $contracts; Slurm back end meta tests exit" \
+     "$meta; the rehearsal's two-node contracts through Slurm exit $rehearsal"
+for status in "$contracts" "$meta" "$rehearsal"; do
+  if [ "$status" -ne 0 ]; then exit "$status"; fi
+done
+exit 0

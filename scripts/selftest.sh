@@ -6,8 +6,9 @@
 #      meta_tests/test_rehearsal_hosts.py, about 60 s), then the cpu tier on
 #      the reference stack (torchtitan 0.3.0, .venv) alone on the machine, then the Slurm stage
 #      (scripts/selftest-slurm.sh: a private Slurm of two nodes on this machine, the cpu tier's
-#      two-node contracts through it and the Slurm back end's meta tests; it fails, saying how to
-#      install them, where slurm-wlm and munge are missing: .ci/run installs them);
+#      two-node contracts through it and the Slurm back end's meta tests, about 2.5 minutes; it
+#      fails, saying how to install them, where slurm-wlm and munge are missing: .ci/run installs
+#      them);
 #   2. the cpu tier on the fork's-vintage stack (torchtitan main at 5059f32c5,
 #      .venv-titan-5059f32): every contract its expectations file names, the override and
 #      versions areas, and one contract per other area (scripts/5059f32-sample.txt), against
@@ -75,6 +76,8 @@ first=$?
 echo "selftest: the cpu tier (torchtitan 0.3.0) done after ${SECONDS} s"
 # The Slurm stage: the cpu tier's two-node contracts through a real Slurm started here (a
 # controller and two nodes on this machine), the Slurm back end's meta tests, the cluster stopped.
+# (SELFTEST_SLURM_REHEARSAL=1 adds the rehearsal's trn2 two-node contracts through it: about 65 s more)
+if [ "${SELFTEST_SLURM_REHEARSAL:-0}" = 1 ]; then export REHEARSAL_VENV="$PWD/$rehearsal_venv" REHEARSAL_HOST; fi
 bash scripts/selftest-slurm.sh "$venv" "$@"
 slurm=$?
 echo "selftest: the Slurm stage done after ${SECONDS} s"
