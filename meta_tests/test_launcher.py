@@ -279,3 +279,39 @@ def test_slurm_script_keeps_an_argument_with_a_space_or_a_glob_whole(tmp_path):
     logs = _run_slurm_job(tmp_path, plan.slurm_script(2, 1, [str(program), *args], port=launcher.free_port()), env)
     seen = {f.name: json.loads(f.read_text()) for f in out.iterdir()}
     assert seen == {"0": args, "1": args}, logs
+
+
+def test_a_run_over_several_nodes_is_listed_by_node_in_the_summary_and_its_bundle(tmp_path):
+    """The reports carry the node count and the hosts: summary.md lists a Slurm run with its job
+    and each node's host and ranks; a repro bundle's run folder gets one line per node, nodes.json
+    and each node's console tail, and the job script as submitted."""
+    import json
+
+    from fixtures.launch.culprit import RootCause
+    from reports import bundle, summary
+
+    record = tmp_path / "slurm"
+    record.mkdir()
+    (record / "job.sh").write_text("#!/usr/bin/env bash\n#SBATCH --nodes=2\n")
+    consoles = []
+    for r in (0, 1):
+        consoles.append(record / f"console.node{r}.log")
+        consoles[-1].write_text(f"console of node {r}\n")
+    outcome = launcher.LaunchOutcome(
+        argv=["torchrun", "--node_rank=0"], env_added={}, returncode=1, timed_out=False, wall_s=3.0,
+        console_log=consoles[0], node_argvs=[["torchrun", "--node_rank=0"], ["torchrun", "--node_rank=1"]],
+        launcher="slurm", hosts=["n1 on vm", "n2 on vm"], node_consoles=[str(c) for c in consoles], job_id="12",
+        node_ranks={0: [0], 1: [1]}, root_cause=RootCause(rank=1, signal="SIGKILL", node=1, host="n2 on vm"))
+    run = {"description": "dense_native steps=6 nnodes=2", "key": "k", "steps": [], "ok": False,
+           "launch": json.loads(json.dumps(outcome.to_dict()))}
+    page = "\n".join(summary._runs_section({"runs": [run]}))
+    assert "## Runs over several nodes" in page
+    assert "| `dense_native steps=6 nnodes=2` | slurm | 12 | node 0: n1 on vm ranks [0]; node 1: n2 on vm ranks [1] |" in page
+    assert "first failure: rank 1 on node 1 (n2 on vm) (signal SIGKILL)" in launcher.describe_failure(outcome)
+    out = tmp_path / "bundle"
+    written = {}
+    bundle._write_nodes(out, outcome, lambda path, text: written.__setitem__(path.name, text))
+    assert json.loads(written["nodes.json"])["nodes"][1] == {"node": 1, "host": "n2 on vm", "ranks": [1],
+                                                             "console": str(consoles[1])}
+    assert written["node1.console.tail.log"] == "console of node 1\n" and written["job.sh"].startswith("#!")
+    assert launcher.LaunchOutcome.from_dict(outcome.to_dict()).root_cause.host == "n2 on vm"

@@ -206,3 +206,32 @@ def test_the_suites_own_test_tools_leave_the_environment_digest_as_it_was(monkey
                                                       if canonicalize_name(d.metadata["Name"]) not in only_dev])
     monkeypatch.setattr(stack.metadata, "distributions", md.distributions)
     assert stack.environment_digest() == with_tools
+
+
+def test_the_launcher_back_ends_cluster_is_part_of_the_key_and_the_local_one_adds_nothing(tmp_path):
+    """A run launched through a scheduler is another run than the local one (the Slurm back
+    end's identity: cluster, partition, nodes and hosts); the local back end adds nothing, so the
+    suite's keys of always hold."""
+    from fixtures.launch.backends.base import Backend
+    from fixtures.launch.backends.local import LocalBackend
+    from fixtures.runs.catalogue import CATALOGUE
+
+    class Cluster(Backend):  # only its identity is read here; nothing launches
+        name = "slurm"
+
+        def __init__(self, hosts):
+            self.hosts = hosts
+
+        def identity(self):
+            return {"launcher": self.name, "cluster": "c", "partition": None, "nodes": ["n1", "n2"], "hosts": self.hosts}
+
+    tier = cpu_profile()
+    spec = CATALOGUE.spec("dense_native", tier)
+
+    def key(backend):
+        cache = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path / "assets-x"), tmp_path), backend=backend)
+        return cache.key(spec, cache.resolve(spec).folders)
+
+    plain = RunCache(tmp_path / "runs", RunInputs(tier, Assets(tmp_path / "assets-x"), tmp_path))
+    assert key(LocalBackend()) == plain.key(spec, plain.resolve(spec).folders)
+    assert len({key(LocalBackend()), key(Cluster(["a"])), key(Cluster(["b"]))}) == 3
