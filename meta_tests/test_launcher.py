@@ -304,7 +304,11 @@ def test_a_run_over_several_nodes_is_listed_by_node_in_the_summary_and_its_bundl
         node_ranks={0: [0], 1: [1]}, root_cause=RootCause(rank=1, signal="SIGKILL", node=1, host="n2 on vm"))
     run = {"description": "dense_native steps=6 nnodes=2", "key": "k", "steps": [], "ok": False,
            "launch": json.loads(json.dumps(outcome.to_dict()))}
-    page = "\n".join(summary._runs_section({"runs": [run]}))
+    from types import SimpleNamespace
+
+    from reports.run_record import RunRecord
+
+    page = "\n".join(summary._nodes_section(SimpleNamespace(runs=[RunRecord.from_json(run)])))
     assert "## Runs over several nodes" in page
     assert "| `dense_native steps=6 nnodes=2` | slurm | 12 | node 0: n1 on vm ranks [0]; node 1: n2 on vm ranks [1] |" in page
     assert "first failure: rank 1 on node 1 (n2 on vm) (signal SIGKILL)" in launcher.describe_failure(outcome)
