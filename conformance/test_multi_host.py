@@ -18,6 +18,7 @@ from fixtures.runs import memory_plan
 from fixtures.runs.plan import launch_plan
 from fixtures.runs.spec import RunSpec
 from fixtures.tiers import cluster_shapes, tier_profile, topology
+from fixtures.tiers.core_pinning import CorePinning
 
 pytestmark = pytest.mark.topology
 
@@ -69,7 +70,11 @@ def test_each_host_runs_one_agent_of_all_its_cores_from_its_first(tier, assets, 
         expect_equal(f"{name}: one rendezvous endpoint", slurm_job.RDZV_ENDPOINT,
                      argv[argv.index("--rdzv_endpoint") + 1])
     bases = [argv[argv.index("--core-base") + 1] for argv in plan.node_argvs]
-    expect_equal(f"{name}: each host's ranks from its own first core", [str(host.first_core)] * shape.nodes, bases)
+    # from its first core as the trainer needs it (fixtures.tiers.core_pinning): pinned there, or
+    # left to TorchNeuron, which takes LOCAL_RANK from 0, where the trainer picks neuron:LOCAL_RANK
+    base = "torchneuron" if host.pinning(1) is CorePinning.TORCHNEURON_DEFAULT else str(host.first_core)
+    expect_equal(f"{name}: each host's ranks from its own first core ({host.pinning(1)})", [base] * shape.nodes,
+                 bases)
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))

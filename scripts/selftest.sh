@@ -18,17 +18,15 @@
 #      preflight, against that stack's own expectations file; then the machine matrix: the
 #      contracts comparing two computations equal in exact arithmetic only
 #      (scripts/exactness-sample.txt) on the reference stack under another CPU kernel path;
-#   4. the Neuron dress rehearsal (the trn2 tier on CPU against stand-ins of the Neuron
-#      layer: CPU evidence only, never trn2 evidence), on the host REHEARSAL_HOST (default: an
-#      EKS pod given two NeuronCores), in the rehearsal environment
-#      (.venv-rehearsal), through the two commands a trn2 user runs: scripts/install-trn2.sh
-#      and scripts/trn2.sh; then the trn2 upgrade rehearsed (scripts/rehearse-trn2-upgrade.sh:
-#      a labelled stand-in Neuron release changing one kernel message must be flagged alone),
-#      against the session just run as the trusted one;
-#   4b. the rehearsal on the Neuron fork's vintage (torchtitan upstream main at 5059f32c5, in
-#      .venv-rehearsal-5059f32, built beside the meta tests), through the same two commands: a
-#      sample (scripts/rehearsal-5059f32-sample.txt) measuring every strict xfail of its
-#      expectations file and launching every training path once;
+#   4. the Neuron dress rehearsal (the trn2 tier on CPU against stand-ins of the Neuron layer: CPU
+#      evidence only, never trn2 evidence), on the host REHEARSAL_HOST (default: an EKS pod given
+#      two NeuronCores), whole on the stack trn2 users run, the Neuron fork's vintage (torchtitan
+#      upstream main at 5059f32c5, .venv-rehearsal-5059f32, built beside the meta tests), through
+#      the two commands a trn2 user runs: scripts/install-trn2.sh and scripts/trn2.sh; then the trn2
+#      upgrade rehearsed (scripts/rehearse-trn2-upgrade.sh: a labelled stand-in Neuron release
+#      changing one kernel message must be flagged alone), against the session just run as the
+#      trusted one; then a sample on torchtitan 0.3.0 (.venv-rehearsal; scripts/rehearsal-030-sample.txt:
+#      every strict xfail of its expectations file and every training path once);
 #   5. the rehearsal's cheap contracts (-m 'trn2 and not slow': the topology, versions, override,
 #      RoPE kernel and MoE-conversion contracts, none launching a run) on CPython 3.12, the
 #      TorchNeuron beta's Python, in .venv-rehearsal-py312 (the reference stack built from
@@ -105,37 +103,39 @@ ATEN_CPU_CAPABILITY=$other "$venv/bin/python" -m pytest $(grep -v '^#' scripts/e
   --report-dir "reports/out/selftest-$other" "$@"
 matrix=$?
 echo "selftest: the exactness contracts under ATEN_CPU_CAPABILITY=$other (this machine's own: $own) done after ${SECONDS} s"
+# The rehearsal of the stack trn2 users run, the Neuron fork's vintage (torchtitan upstream main at
+# 5059f32c5, .venv-rehearsal-5059f32), whole, through the two commands a trn2 user runs; on this
+# host its trainer (neuron:LOCAL_RANK) gets one torchrun agent per rank
+# (fixtures/tiers/core_pinning.py); then the trn2 upgrade rehearsed over it.
+fork_rehearsal_venv=$(cat reports/out/selftest-venv-rehearsal-5059f32.path)
 (
-  export VIRTUAL_ENV="$PWD/$rehearsal_venv" PATH="$PWD/$rehearsal_venv/bin:$PATH"
+  export VIRTUAL_ENV="$PWD/$fork_rehearsal_venv" PATH="$PWD/$fork_rehearsal_venv/bin:$PATH"
   bash scripts/install-trn2.sh && bash scripts/trn2.sh --neuron-dress-rehearsal --rehearsal-host "$REHEARSAL_HOST" "$@" &&
     bash scripts/rehearse-trn2-upgrade.sh --rehearsal-host "$REHEARSAL_HOST" --baseline-report reports/out/rehearsal
 )
 third=$?
-echo "selftest: the rehearsal and the trn2 upgrade rehearsal done after ${SECONDS} s"
-# The rehearsal on the Neuron fork's vintage (torchtitan upstream main at 5059f32c5, the torchtitan
-# trn2 users run), through the same two commands in its own environment: a sample
-# (scripts/rehearsal-5059f32-sample.txt) that measures every strict xfail of its expectations file
-# and launches every training path; on this host its trainer (neuron:LOCAL_RANK) gets one torchrun
-# agent per rank (fixtures/tiers/core_pinning.py).
-fork_rehearsal_venv=$(cat reports/out/selftest-venv-rehearsal-5059f32.path)
+echo "selftest: the rehearsal on the fork's vintage (5059f32c5) and the trn2 upgrade rehearsal done after ${SECONDS} s"
+# The rehearsal on torchtitan 0.3.0 (.venv-rehearsal: upstream's newest release, which no trn2 user
+# runs), a sample (scripts/rehearsal-030-sample.txt): every strict xfail of its expectations file
+# and every training path once; its report goes to reports/out/rehearsal-0.3.0/.
 (
-  export VIRTUAL_ENV="$PWD/$fork_rehearsal_venv" PATH="$PWD/$fork_rehearsal_venv/bin:$PATH"
+  export VIRTUAL_ENV="$PWD/$rehearsal_venv" PATH="$PWD/$rehearsal_venv/bin:$PATH"
   # shellcheck disable=SC2046
   bash scripts/install-trn2.sh && bash scripts/trn2.sh --neuron-dress-rehearsal --rehearsal-host "$REHEARSAL_HOST" \
-    $(grep -v '^#' scripts/rehearsal-5059f32-sample.txt) --report-dir reports/out/rehearsal-5059f32 "$@"
+    $(grep -v '^#' scripts/rehearsal-030-sample.txt) --report-dir reports/out/rehearsal-0.3.0 "$@"
 )
-fork_rehearsal=$?
-echo "selftest: the rehearsal on the fork's vintage (5059f32c5) done after ${SECONDS} s"
+upstream_rehearsal=$?
+echo "selftest: the rehearsal sample on torchtitan 0.3.0 done after ${SECONDS} s"
 bash scripts/rehearse-py312.sh "$REHEARSAL_HOST" "$@"
 py312=$?
 echo "selftest: the rehearsal's cheap contracts on Python 3.12 done after ${SECONDS} s"
 echo "selftest: meta tests exit ${meta}; cpu tier exit ${first}; the Slurm stage exit ${slurm};" \
      "the 5059f32c5 sample exit ${second};" \
      "one contract per area on torchtitan b5bcd76c6 exit ${newer}; the exactness contracts under $other kernels" \
-     "exit ${matrix}; Neuron dress rehearsal and trn2 upgrade rehearsal exit ${third};" \
-     "the rehearsal on the fork's vintage exit ${fork_rehearsal};" \
+     "exit ${matrix}; Neuron dress rehearsal on 5059f32c5 and trn2 upgrade rehearsal exit ${third};" \
+     "the rehearsal sample on 0.3.0 exit ${upstream_rehearsal};" \
      "the rehearsal's cheap contracts on Python 3.12 exit ${py312}"
-for status in "$meta" "$first" "$slurm" "$second" "$newer" "$matrix" "$third" "$fork_rehearsal" "$py312"; do
+for status in "$meta" "$first" "$slurm" "$second" "$newer" "$matrix" "$third" "$upstream_rehearsal" "$py312"; do
   if [ "$status" -ne 0 ]; then exit "$status"; fi
 done
 exit 0
